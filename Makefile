@@ -1,0 +1,34 @@
+# One command for the demo, one for the tests. Only python3 (3.11+) is needed; everything else is
+# installed into .venv from pyproject.toml.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+MANAGE := $(PY) testproject/manage.py
+
+.PHONY: demo test lint check-migrations bench clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[postgres]" --group dev
+	touch $@
+
+demo: $(VENV)/.installed
+	$(PY) testproject/run_demo.py
+
+test: $(VENV)/.installed
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+
+check-migrations: $(VENV)/.installed
+	$(MANAGE) makemigrations --check --dry-run
+	$(MANAGE) makemigrations --check --dry-run --settings tests.settings
+
+bench: $(VENV)/.installed
+	$(MANAGE) migrate --verbosity 0
+	$(MANAGE) weft_bench $(BENCH_ARGS)
+
+clean:
+	rm -rf $(VENV) testproject/demo.sqlite3* testproject/test_weft.sqlite3*

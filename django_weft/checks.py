@@ -1,0 +1,57 @@
+"""System checks: configuration that would make the engine unsafe or runs that cannot make progress."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.checks import Error, Tags, Warning, register
+from django.db import DatabaseError, connections, router
+
+from .registry import registered_workflow_names
+
+
+def _weft_alias() -> str:
+    from .models import Workflow
+
+    return router.db_for_write(Workflow)
+
+
+@register(Tags.compatibility)
+def check_sqlite_transaction_mode(app_configs: Any = None, **kwargs: Any) -> list:
+    alias = _weft_alias()
+    settings_dict = connections[alias].settings_dict
+    if settings_dict["ENGINE"] != "django.db.backends.sqlite3":
+        return []
+    mode = (settings_dict.get("OPTIONS") or {}).get("transaction_mode")
+    if mode in ("IMMEDIATE", "EXCLUSIVE"):
+        return []
+    return [Error(
+        f"django_weft needs SQLite transactions that take the write lock up front; database {alias!r} "
+        f"uses transaction_mode={mode!r}.",
+        hint='Set DATABASES["%s"]["OPTIONS"]["transaction_mode"] = "IMMEDIATE" (and use WAL); without it, '
+             "concurrent claims can fail with 'database is locked' or read stale rows." % alias,
+        id="weft.E001",
+    )]
+
+
+@register(Tags.database)
+def check_unregistered_open_runs(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list:
+    """Runs still open whose workflow type no process here can execute."""
+    alias = _weft_alias()
+    if not databases or alias not in databases:
+        return []
+    from .models import Workflow
+
+    try:
+        types = set(Workflow.objects.using(alias).open().values_list("workflow_type", flat=True).distinct())
+    except DatabaseError:  # not migrated yet
+        return []
+    missing = sorted(types - registered_workflow_names())
+    if not missing:
+        return []
+    return [Warning(
+        f"open workflow runs reference workflow types that are not registered: {', '.join(missing)}.",
+        hint="Keep the workflow code deployed until its runs finish, or cancel those runs. Executors "
+             "put such runs back and retry them every minute.",
+        id="weft.W001",
+    )]

@@ -1,0 +1,47 @@
+"""The engine's clock.
+
+Every timestamp the engine writes comes from :func:`now`, never from the database, so tests can move a
+fake clock (:mod:`django_weft.testing`) and ``run_maintenance(now=...)`` can act as of a given time.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+
+from django.utils import timezone
+
+_pass_time: contextvars.ContextVar[datetime | None] = contextvars.ContextVar("weft_pass_time", default=None)
+# Set by the testing helpers; seen by every thread.
+_frozen: datetime | None = None
+
+
+def now() -> datetime:
+    value = _pass_time.get()
+    if value is not None:
+        return value
+    if _frozen is not None:
+        return _frozen
+    return timezone.now()
+
+
+def set_frozen(value: datetime | None) -> None:
+    global _frozen
+    _frozen = value
+
+
+@contextmanager
+def acting_at(value: datetime | None) -> Iterator[None]:
+    """Make :func:`now` return ``value`` in this thread (and its context) while the block runs."""
+    if value is None:
+        yield
+        return
+    if timezone.is_naive(value):
+        raise ValueError("run_maintenance(now=...) needs an aware datetime")
+    token = _pass_time.set(value)
+    try:
+        yield
+    finally:
+        _pass_time.reset(token)

@@ -1,0 +1,48 @@
+"""Lazy access to WEFT_* settings.
+
+Settings are read on every access, never cached at import time, so ``override_settings`` works.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+
+DEFAULTS: dict[str, Any] = {
+    # Largest encoded payload (input, result, activity result) in bytes.
+    "MAX_PAYLOAD_BYTES": 1024 * 1024,
+    # How long a claim on a run lasts without renewal; a dead executor's runs wait this long.
+    "LEASE_SECONDS": 30.0,
+    # How often a worker renews the leases of the runs it holds.
+    "HEARTBEAT_SECONDS": 10.0,
+    # How many runnable runs one claim transaction takes.
+    "CLAIM_BATCH_SIZE": 10,
+    # Loop poll interval when nothing is runnable.
+    "POLL_INTERVAL": 1.0,
+    # How long finished runs are kept, per terminal status; None keeps them forever.
+    "RETENTION": {
+        "completed": timedelta(days=7),
+        "cancelled": timedelta(days=7),
+        "failed": timedelta(days=30),
+        "timed_out": timedelta(days=30),
+    },
+    # Module searched in every installed app for workflows and activities.
+    "AUTODISCOVER_MODULE": "workflows",
+}
+
+
+class WeftSettings:
+    def __getattr__(self, name: str) -> Any:
+        if name not in DEFAULTS:
+            raise AttributeError(f"Unknown django_weft setting WEFT_{name}")
+        value = getattr(settings, f"WEFT_{name}", DEFAULTS[name])
+        if name == "RETENTION":
+            merged = dict(DEFAULTS["RETENTION"])
+            merged.update(value)
+            return merged
+        return value
+
+
+weft_settings = WeftSettings()

@@ -1,0 +1,100 @@
+"""Every error django_weft raises derives from :class:`WeftError`.
+
+Each message says what was wrong and, where it helps, what to do about it.
+"""
+
+from __future__ import annotations
+
+
+class WeftError(Exception):
+    """Base class of every django_weft error."""
+
+
+class ConfigurationError(WeftError):
+    """A WEFT_* setting or a registration is invalid."""
+
+
+class WorkflowNotRegistered(WeftError):
+    """No workflow (or activity) is registered under that name."""
+
+
+class WorkflowAlreadyRegistered(ConfigurationError):
+    """Two different functions were registered under one name."""
+
+
+class InvalidArgument(WeftError, ValueError):
+    """An option passed to the client API is invalid."""
+
+
+class PayloadError(WeftError, ValueError):
+    """A payload cannot be stored."""
+
+
+class PayloadNotSerializable(PayloadError, TypeError):
+    """A payload holds a value the codec cannot encode."""
+
+
+class PayloadTooLarge(PayloadError):
+    """An encoded payload is larger than WEFT_MAX_PAYLOAD_BYTES."""
+
+
+class WorkflowNotFound(WeftError, LookupError):
+    """No run matches the workflow id (or run id)."""
+
+
+class WorkflowAlreadyExists(WeftError):
+    """A run with this workflow id already exists."""
+
+
+class WorkflowClosed(WeftError):
+    """The run is finished; it accepts no more signals or changes."""
+
+
+class TransitionNotAllowed(WeftError):
+    """The run's status does not allow the requested change."""
+
+
+class FencingError(WeftError):
+    """A commit was refused because the run was taken from this executor."""
+
+
+class NonDeterminismError(WeftError):
+    """The workflow code no longer matches the journal recorded for this run."""
+
+
+class ActivityError(WeftError):
+    """An activity failed for good (retries exhausted or a non-retryable error).
+
+    Raised inside the workflow by ``ctx.run``; catch it to compensate.
+    """
+
+    def __init__(self, message: str, *, activity: str, error_type: str, attempts: int) -> None:
+        super().__init__(message)
+        self.activity = activity
+        self.error_type = error_type
+        self.attempts = attempts
+
+
+class ActivityTimeout(WeftError, TimeoutError):
+    """An activity attempt ran longer than its per-attempt ``timeout``."""
+
+
+class WorkflowResultError(WeftError):
+    """Base of the errors ``handle.result()`` raises for runs that did not complete."""
+
+    def __init__(self, message: str, *, run_id: object = None, error: dict | None = None) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+        self.error = error or {}
+
+
+class WorkflowFailed(WorkflowResultError):
+    """The run failed."""
+
+
+class WorkflowCancelled(WorkflowResultError):
+    """The run was cancelled."""
+
+
+class WorkflowTimedOut(WorkflowResultError):
+    """The run exceeded its execution timeout."""

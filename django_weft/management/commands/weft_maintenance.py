@@ -1,0 +1,55 @@
+"""manage.py weft_maintenance: execute workflow runs and keep timers, leases and retention moving."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+
+from django_weft.maintenance import run_maintenance
+from django_weft.runtime.worker import Worker
+
+
+class Command(BaseCommand):
+    help = (
+        "Run django_weft: execute runnable workflow runs, fire timers and delayed starts, recover runs "
+        "of dead executors, time out runs and apply retention. Safe to run in several processes."
+    )
+
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument("--once", action="store_true",
+                            help="Run one pass (execute everything runnable now) and exit.")
+        parser.add_argument("--workers", type=int, default=1, help="Executor threads (default 1).")
+        parser.add_argument("--interval", type=float, default=None,
+                            help="Seconds between polls when idle (default WEFT_POLL_INTERVAL).")
+
+    def handle(self, *args: Any, once: bool, workers: int, interval: float | None, **options: Any) -> None:
+        if workers < 1:
+            raise CommandError("--workers must be at least 1")
+        if interval is not None and interval <= 0:
+            raise CommandError("--interval must be positive")
+        if once:
+            report = run_maintenance()
+            self.stdout.write(f"weft_maintenance: {report}")
+            return
+        worker = Worker(threads=workers, interval=interval)
+        stops = 0
+
+        def on_signal(signum: int, frame: Any) -> None:
+            nonlocal stops
+            stops += 1
+            if stops > 1:
+                sys.stderr.write("weft_maintenance: second signal, exiting now\n")
+                os._exit(1)
+            sys.stderr.write("weft_maintenance: finishing current steps (signal again to exit now)\n")
+            worker.stop()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+        self.stdout.write(f"weft_maintenance: running with {workers} executor thread(s); pid {os.getpid()}")
+        self.stdout.flush()
+        worker.run()
+        self.stdout.write(f"weft_maintenance: stopped ({dict(worker.outcomes)})")

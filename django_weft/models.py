@@ -1,0 +1,190 @@
+"""django_weft's records. Data only: every write of a run's status, lease or fence is in transitions.py."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.db import models
+from django.db.models import Q
+from django.utils.translation import gettext_lazy as _
+
+from .querysets import WorkflowQuerySet
+
+
+class RunStatus(models.TextChoices):
+    PENDING = "pending", _("Pending")
+    RUNNING = "running", _("Running")
+    WAITING = "waiting", _("Waiting")
+    SUSPENDED = "suspended", _("Suspended")
+    COMPLETED = "completed", _("Completed")
+    FAILED = "failed", _("Failed")
+    CANCELLED = "cancelled", _("Cancelled")
+    TIMED_OUT = "timed_out", _("Timed out")
+
+    @classmethod
+    def open_values(cls) -> list[str]:
+        return [cls.PENDING, cls.RUNNING, cls.WAITING, cls.SUSPENDED]
+
+    @classmethod
+    def terminal_values(cls) -> list[str]:
+        return [cls.COMPLETED, cls.FAILED, cls.CANCELLED, cls.TIMED_OUT]
+
+
+class StepKind(models.TextChoices):
+    ACTIVITY = "activity", _("Activity")
+    SLEEP = "sleep", _("Sleep")
+    SIDE_EFFECT = "side_effect", _("Side effect")
+    NOW = "now", _("Clock reading")
+    UUID = "uuid", _("UUID")
+    RANDOM = "random", _("Random number")
+
+
+class StepStatus(models.TextChoices):
+    # Parked: a sleep whose timer has not fired, or an activity waiting out its retry backoff.
+    WAITING = "waiting", _("Waiting")
+    COMPLETED = "completed", _("Completed")
+    FAILED = "failed", _("Failed")
+
+
+class TimerPurpose(models.TextChoices):
+    SLEEP = "sleep", _("Sleep")
+    RETRY_BACKOFF = "retry_backoff", _("Retry backoff")
+    DELAYED_START = "delayed_start", _("Delayed start")
+
+
+class Workflow(models.Model):
+    """One run of a workflow.
+
+    ``runnable_at`` is when the run should next be looked at by an executor: the start time of a
+    pending run, the earliest timer of a waiting one, and, while an executor holds the run, the expiry
+    of its lease. The claim query (``runnable_at <= now``) is therefore also crash recovery: a dead
+    executor's run becomes claimable when its lease runs out. Finished and suspended runs have none.
+    """
+
+    run_id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    workflow_id = models.CharField(max_length=255, help_text=_("Business id; at most one open run per id."))
+    workflow_type = models.CharField(max_length=200)
+    status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.PENDING)
+    input = models.BinaryField(null=True, blank=True)
+    result = models.BinaryField(null=True, blank=True)
+    error = models.JSONField(null=True, blank=True)
+    idempotency_key = models.CharField(max_length=255, null=True, blank=True, unique=True)
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children"
+    )
+    restarted_from = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="restarts"
+    )
+    tags = models.JSONField(default=list, blank=True)
+    search_attributes = models.JSONField(default=dict, blank=True)
+    runnable_at = models.DateTimeField(null=True, blank=True)
+    wait_reason = models.CharField(max_length=255, blank=True)
+    lease_owner = models.CharField(max_length=255, blank=True)
+    # Bumped on every claim and on every transition that takes the run from its executor.
+    fence = models.BigIntegerField(default=0)
+    execution_deadline = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField()
+    started_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    objects = WorkflowQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = _("workflow run")
+        verbose_name_plural = _("workflow runs")
+        ordering = ["-created_at"]
+        permissions = [
+            ("cancel_workflow", "Can cancel workflow runs"),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["workflow_id"],
+                condition=Q(status__in=RunStatus.open_values()),
+                name="weft_one_open_run_per_workflow_id",
+            ),
+            models.CheckConstraint(
+                condition=Q(status__in=RunStatus.open_values()) | Q(finished_at__isnull=False),
+                name="weft_finished_runs_have_finished_at",
+            ),
+            models.CheckConstraint(
+                condition=~Q(status__in=[*RunStatus.terminal_values(), RunStatus.SUSPENDED])
+                | Q(runnable_at__isnull=True),
+                name="weft_only_open_runs_are_runnable",
+            ),
+        ]
+        indexes = [
+            # The claim query: runnable runs by runnable_at.
+            models.Index(
+                fields=["runnable_at"], condition=Q(runnable_at__isnull=False), name="weft_runnable_idx"
+            ),
+            # Execution timeouts of open runs.
+            models.Index(
+                fields=["execution_deadline"],
+                condition=Q(execution_deadline__isnull=False, finished_at__isnull=True),
+                name="weft_deadline_idx",
+            ),
+            # Retention: finished runs by age.
+            models.Index(
+                fields=["status", "finished_at"], condition=Q(finished_at__isnull=False),
+                name="weft_finished_idx",
+            ),
+            models.Index(fields=["workflow_id", "-created_at"], name="weft_workflow_id_idx"),
+            models.Index(fields=["workflow_type", "-created_at"], name="weft_type_idx"),
+            models.Index(fields=["-created_at"], name="weft_created_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.workflow_type} {self.workflow_id} ({self.status})"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in RunStatus.terminal_values()
+
+
+class WorkflowStep(models.Model):
+    """One journal entry: a durable operation of a run, keyed by its position ``seq``."""
+
+    id = models.BigAutoField(primary_key=True)
+    run = models.ForeignKey(Workflow, on_delete=models.CASCADE, related_name="steps")
+    seq = models.PositiveIntegerField()
+    kind = models.CharField(max_length=16, choices=StepKind.choices)
+    name = models.CharField(max_length=255)
+    status = models.CharField(max_length=16, choices=StepStatus.choices)
+    result = models.BinaryField(null=True, blank=True)
+    error = models.JSONField(null=True, blank=True)
+    attempt = models.PositiveIntegerField(default=1)
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("workflow step")
+        ordering = ["run", "seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "seq"], name="weft_step_unique_seq"),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.seq} {self.kind} {self.name} ({self.status})"
+
+
+class Timer(models.Model):
+    """A durable timer a run waits on. The run's ``runnable_at`` carries the wake-up; this row says why."""
+
+    id = models.BigAutoField(primary_key=True)
+    run = models.ForeignKey(Workflow, on_delete=models.CASCADE, related_name="timers")
+    seq = models.PositiveIntegerField(null=True, blank=True, help_text=_("Journal position it belongs to."))
+    purpose = models.CharField(max_length=16, choices=TimerPurpose.choices)
+    fire_at = models.DateTimeField()
+    fired_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("timer")
+        ordering = ["fire_at"]
+        indexes = [
+            models.Index(fields=["fire_at"], condition=Q(fired_at__isnull=True), name="weft_due_timer_idx"),
+            models.Index(fields=["run", "seq"], name="weft_timer_run_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.purpose} at {self.fire_at:%Y-%m-%d %H:%M:%S}"

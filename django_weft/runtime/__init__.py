@@ -1,0 +1,1 @@
+"""Engine internals: the replay context, the executor of one claimed run, and the worker loop."""

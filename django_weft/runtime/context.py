@@ -1,0 +1,315 @@
+"""The replay context handed to workflow functions.
+
+Each durable operation takes the next position (``seq``) in the run's journal. If the journal has an
+entry there, the operation returns what was recorded (after checking that the code still asks for the
+same kind and name); the first operation without an entry does the work and commits its entry, and an
+operation that must wait commits the run as parked and raises :class:`Suspend`.
+"""
+
+from __future__ import annotations
+
+import random as _random
+import threading
+import uuid
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import close_old_connections, connections
+
+from .. import clock, transitions
+from ..activities import ActivityDefinition, definition_of
+from ..codec import decode, encode
+from ..exceptions import (
+    ActivityError,
+    ActivityTimeout,
+    FencingError,
+    InvalidArgument,
+    NonDeterminismError,
+    PayloadError,
+)
+from ..models import StepKind, StepStatus, Timer, TimerPurpose, WorkflowStep
+from .errors import StopExecution, Suspend, error_dict
+
+
+def _seconds(duration: float | int | timedelta) -> float:
+    if isinstance(duration, timedelta):
+        return duration.total_seconds()
+    if isinstance(duration, bool) or not isinstance(duration, int | float):
+        raise InvalidArgument(f"a duration must be seconds or a timedelta, got {duration!r}")
+    return float(duration)
+
+
+class Context:
+    """What a workflow function receives as ``ctx``."""
+
+    def __init__(
+        self,
+        claim: transitions.Claim,
+        journal: dict[int, WorkflowStep],
+        timers: dict[int, Timer],
+        should_stop: Callable[[], bool] = lambda: False,
+    ) -> None:
+        self._claim = claim
+        self._journal = journal
+        self._timers = timers
+        self._should_stop = should_stop
+        self._seq = 0
+
+    # --- identity ------------------------------------------------------------------------------------
+
+    @property
+    def workflow_id(self) -> str:
+        return self._claim.run.workflow_id
+
+    @property
+    def run_id(self) -> uuid.UUID:
+        return self._claim.run.run_id
+
+    @property
+    def is_replaying(self) -> bool:
+        """True while the code is re-walking operations already in the journal."""
+        return self._seq < len(self._journal)
+
+    # --- journal plumbing ----------------------------------------------------------------------------
+
+    def _next(self, kind: str, name: str) -> tuple[int, WorkflowStep | None]:
+        self._seq += 1
+        seq = self._seq
+        step = self._journal.get(seq)
+        if step is not None and (step.kind != kind or step.name != name):
+            raise NonDeterminismError(
+                f"step {seq} of run {self.run_id}: the journal recorded {step.kind} {step.name!r} but the "
+                f"workflow code now asks for {kind} {name!r}; workflow code must make the same durable "
+                "calls in the same order on every replay (deploy changes as a new workflow name)"
+            )
+        return seq, step
+
+    def _before_new_work(self) -> None:
+        """Stop before doing anything not yet recorded if the worker is stopping or lost the run."""
+        if self._claim.lost:
+            raise StopExecution(release=False)
+        if self._should_stop():
+            raise StopExecution(release=True)
+
+    def _commit(self, writes: Callable[[], None]) -> None:
+        try:
+            transitions.commit(self._claim, clock.now(), writes)
+        except FencingError:
+            raise StopExecution(release=False) from None
+
+    def _park(self, *, wake_at: datetime | None, reason: str,
+              writes: Callable[[], None] | None = None) -> None:
+        try:
+            transitions.park(self._claim, clock.now(), wake_at=wake_at, reason=reason, writes=writes)
+        except FencingError:
+            raise StopExecution(release=False) from None
+        raise Suspend()
+
+    def _step(self, seq: int, kind: str, name: str, status: str, *, attempt: int = 1,
+              result: bytes | None = None, error: dict | None = None, started: datetime,
+              finished: datetime | None) -> WorkflowStep:
+        return WorkflowStep(
+            run_id=self.run_id, seq=seq, kind=kind, name=name[:255], status=status, attempt=attempt,
+            result=result, error=error, started_at=started, finished_at=finished,
+        )
+
+    def _save_step(self, step: WorkflowStep, existing: WorkflowStep | None) -> Callable[[], None]:
+        def write() -> None:
+            if existing is None:
+                step.save(force_insert=True)
+            else:
+                WorkflowStep.objects.filter(pk=existing.pk).update(
+                    status=step.status, attempt=step.attempt, result=step.result, error=step.error,
+                    finished_at=step.finished_at,
+                )
+                step.pk = existing.pk
+            self._journal[step.seq] = step
+        return write
+
+    def _mark_timer_fired(self, timer: Timer, now: datetime) -> Callable[[], None]:
+        def write() -> None:
+            Timer.objects.filter(pk=timer.pk).update(fired_at=now)
+        return write
+
+    def _recorded_value(self, kind: str, name: str, produce: Callable[[], Any]) -> Any:
+        """Run ``produce`` once per run and journal its value; replays return the recorded value."""
+        seq, step = self._next(kind, name)
+        if step is not None:
+            return decode(step.result)
+        self._before_new_work()
+        value = produce()
+        data = encode(value, what=f"value of {kind} {name!r}")
+        now = clock.now()
+        self._commit(self._save_step(
+            self._step(seq, kind, name, StepStatus.COMPLETED, result=data, started=now, finished=now), None,
+        ))
+        return value
+
+    # --- deterministic values ------------------------------------------------------------------------
+
+    def now(self) -> datetime:
+        """The current time, recorded on first execution so replays see the same value."""
+        return self._recorded_value(StepKind.NOW, "now", clock.now)
+
+    def uuid4(self) -> uuid.UUID:
+        return self._recorded_value(StepKind.UUID, "uuid4", uuid.uuid4)
+
+    def random(self) -> float:
+        return self._recorded_value(StepKind.RANDOM, "random", _random.random)
+
+    def side_effect(self, fn: Callable[[], Any]) -> Any:
+        """Call ``fn`` once for this run and record its (encodable) return value."""
+        name = getattr(fn, "__qualname__", "side_effect")
+        return self._recorded_value(StepKind.SIDE_EFFECT, name, fn)
+
+    # --- timers --------------------------------------------------------------------------------------
+
+    def sleep(self, duration: float | int | timedelta) -> None:
+        """Wait durably: the run parks and a timer wakes it, across restarts and deploys."""
+        seconds = _seconds(duration)
+        if seconds < 0:
+            raise InvalidArgument(f"ctx.sleep needs a duration >= 0, got {duration!r}")
+        self._sleep(lambda now: now + timedelta(seconds=seconds))
+
+    def sleep_until(self, moment: datetime) -> None:
+        if not isinstance(moment, datetime) or moment.tzinfo is None:
+            raise InvalidArgument(f"ctx.sleep_until needs an aware datetime, got {moment!r}")
+        self._sleep(lambda now: moment)
+
+    def _sleep(self, wake_at_from: Callable[[datetime], datetime]) -> None:
+        seq, step = self._next(StepKind.SLEEP, "sleep")
+        if step is not None and step.status == StepStatus.COMPLETED:
+            return
+        now = clock.now()
+        if step is not None:
+            timer = self._timers.get(seq)
+            if timer is None or timer.fire_at <= now:
+                # The timer fired: the step's completion rides on the run's next commit.
+                step.status, step.finished_at = StepStatus.COMPLETED, now
+                self._claim.deferred.append(self._save_step(step, step))
+                if timer is not None:
+                    self._claim.deferred.append(self._mark_timer_fired(timer, now))
+                return
+            self._park(wake_at=timer.fire_at, reason=f"sleeping until {timer.fire_at.isoformat()}")
+        self._before_new_work()
+        wake_at = wake_at_from(now)
+        new_step = self._step(seq, StepKind.SLEEP, "sleep", StepStatus.WAITING, started=now, finished=None)
+        if wake_at <= now:
+            new_step.status, new_step.finished_at = StepStatus.COMPLETED, now
+            self._commit(self._save_step(new_step, None))
+            return
+        timer = Timer(run_id=self.run_id, seq=seq, purpose=TimerPurpose.SLEEP, fire_at=wake_at)
+
+        def writes() -> None:
+            self._save_step(new_step, None)()
+            timer.save(force_insert=True)
+
+        self._park(wake_at=wake_at, reason=f"sleeping until {wake_at.isoformat()}", writes=writes)
+
+    # --- activities ----------------------------------------------------------------------------------
+
+    def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run an activity as a journaled step and return its result.
+
+        A recorded result is returned without calling ``fn`` again. Failures are retried by the
+        activity's :class:`RetryPolicy` with durable backoff; when it gives up, :class:`ActivityError`
+        is raised here (catch it to compensate, or let it fail the run).
+        """
+        definition = definition_of(fn)
+        seq, step = self._next(StepKind.ACTIVITY, definition.name)
+        if step is not None and step.status == StepStatus.COMPLETED:
+            return decode(step.result)
+        if step is not None and step.status == StepStatus.FAILED:
+            raise self._activity_error(definition.name, step.error or {}, step.attempt)
+        attempt = 1
+        started = clock.now()
+        if step is not None:  # waiting out a retry backoff
+            timer = self._timers.get(seq)
+            if timer is not None and timer.fire_at > clock.now():
+                self._park(wake_at=timer.fire_at,
+                           reason=f"retrying {definition.name} (attempt {step.attempt + 1}) at "
+                                  f"{timer.fire_at.isoformat()}")
+            if timer is not None:
+                self._claim.deferred.append(self._mark_timer_fired(timer, clock.now()))
+            attempt = step.attempt + 1
+            started = step.started_at
+        self._before_new_work()
+        try:
+            value = self._invoke(definition, attempt, args, kwargs)
+            data = encode(value, what=f"result of activity {definition.name!r}")
+        except Exception as exc:
+            return self._attempt_failed(seq, step, definition, attempt, started, exc)
+        now = clock.now()
+        self._commit(self._save_step(self._step(
+            seq, StepKind.ACTIVITY, definition.name, StepStatus.COMPLETED, attempt=attempt, result=data,
+            started=started, finished=now,
+        ), step))
+        return value
+
+    def _invoke(self, definition: ActivityDefinition, attempt: int, args: tuple, kwargs: dict) -> Any:
+        if definition.timeout is None:
+            return definition.fn(*args, **kwargs)
+        outcome: dict[str, Any] = {}
+        done = threading.Event()
+
+        def target() -> None:
+            try:
+                outcome["value"] = definition.fn(*args, **kwargs)
+            except BaseException as exc:
+                outcome["error"] = exc
+            finally:
+                connections.close_all()
+                done.set()
+
+        # The activity cannot be interrupted; on timeout we stop waiting and let it finish on its own.
+        worker = threading.Thread(target=target, name=f"weft-activity-{definition.name}", daemon=True)
+        close_old_connections()
+        worker.start()
+        if not done.wait(definition.timeout):
+            raise ActivityTimeout(
+                f"activity {definition.name!r} attempt {attempt} ran longer than its {definition.timeout:g}s "
+                "timeout"
+            )
+        if "error" in outcome:
+            raise outcome["error"]
+        return outcome["value"]
+
+    def _attempt_failed(self, seq: int, step: WorkflowStep | None, definition: ActivityDefinition,
+                        attempt: int, started: datetime, exc: Exception) -> Any:
+        now = clock.now()
+        error = error_dict(exc, attempt=attempt)
+        retryable = not isinstance(exc, PayloadError) and definition.retry.should_retry(attempt, exc)
+        if not retryable:
+            failed = self._step(seq, StepKind.ACTIVITY, definition.name, StepStatus.FAILED, attempt=attempt,
+                                error=error, started=started, finished=now)
+            self._commit(self._save_step(failed, step))
+            raise self._activity_error(definition.name, error, attempt) from exc
+        wake_at = now + timedelta(seconds=definition.retry.backoff(attempt))
+        waiting = self._step(seq, StepKind.ACTIVITY, definition.name, StepStatus.WAITING, attempt=attempt,
+                             error=error, started=started, finished=None)
+        timer = Timer(run_id=self.run_id, seq=seq, purpose=TimerPurpose.RETRY_BACKOFF, fire_at=wake_at)
+
+        def writes() -> None:
+            self._save_step(waiting, step)()
+            timer.save(force_insert=True)
+
+        self._park(wake_at=wake_at, writes=writes,
+                   reason=f"retrying {definition.name} (attempt {attempt + 1}) at {wake_at.isoformat()}")
+        raise AssertionError("unreachable")  # _park always raises
+
+    @staticmethod
+    def _activity_error(name: str, error: dict, attempts: int) -> ActivityError:
+        return ActivityError(
+            f"activity {name!r} failed after {attempts} attempt(s): {error.get('type')}: {error.get('message')}",
+            activity=name, error_type=str(error.get("type")), attempts=attempts,
+        )
+
+    def assert_journal_consumed(self) -> None:
+        """The code finished; a longer journal means it skipped operations it made before."""
+        if self._seq < len(self._journal):
+            extra = self._journal[self._seq + 1]
+            raise NonDeterminismError(
+                f"run {self.run_id}: the workflow returned after {self._seq} step(s), but the journal "
+                f"recorded {len(self._journal)}; step {extra.seq} was {extra.kind} {extra.name!r}"
+            )

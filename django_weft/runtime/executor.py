@@ -1,0 +1,72 @@
+"""Drive one claimed run: replay its journal, run what comes next, and record how it ended."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import timedelta
+
+from .. import clock, transitions
+from ..codec import decode, encode
+from ..exceptions import FencingError, WeftError, WorkflowNotRegistered
+from ..models import Timer, WorkflowStep
+from ..registry import get_workflow
+from .context import Context
+from .errors import StopExecution, Suspend, error_dict
+
+logger = logging.getLogger("django_weft.executor")
+
+# An executor that finds a run of a type it does not know puts it back for this long (a deploy may be
+# rolling out the code that knows it).
+UNKNOWN_TYPE_RETRY = timedelta(seconds=60)
+
+# Outcomes of execute()
+COMPLETED, FAILED, WAITING, RELEASED, LOST, TIMED_OUT = (
+    "completed", "failed", "waiting", "released", "lost", "timed_out",
+)
+
+
+def execute(claim: transitions.Claim, should_stop: Callable[[], bool] = lambda: False) -> str:
+    """Drive ``claim.run`` until it parks, finishes, or is taken away. Never raises for workflow errors."""
+    run = claim.run
+    now = clock.now()
+    if run.execution_deadline is not None and run.execution_deadline <= now:
+        return TIMED_OUT if transitions.time_out(run.pk, now) else LOST
+    try:
+        definition = get_workflow(run.workflow_type)
+    except WorkflowNotRegistered as exc:
+        logger.error("run %s: %s; retrying in %s", run.pk, exc, UNKNOWN_TYPE_RETRY)
+        transitions.release(claim, now, retry_at=now + UNKNOWN_TYPE_RETRY, reason=str(exc))
+        return RELEASED
+
+    # The whole journal in one query, and the unfired timers in one more: replay costs no per-step reads.
+    journal = {step.seq: step for step in WorkflowStep.objects.filter(run_id=run.pk)}
+    timers = {t.seq: t for t in Timer.objects.filter(run_id=run.pk, fired_at__isnull=True, seq__isnull=False)}
+    ctx = Context(claim, journal, timers, should_stop)
+    try:
+        value = definition.fn(ctx, decode(run.input)) if definition.takes_input else definition.fn(ctx)
+        ctx.assert_journal_consumed()
+        result = encode(value, what=f"result of workflow {run.workflow_type!r}")
+    except Suspend:
+        return WAITING
+    except StopExecution as stop:
+        if stop.release:
+            transitions.release(claim, clock.now())
+            return RELEASED
+        return LOST
+    except Exception as exc:
+        if isinstance(exc, WeftError) and not isinstance(exc, (FencingError,)):
+            logger.warning("run %s failed: %s", run.pk, exc)
+        else:
+            logger.info("run %s failed with %s", run.pk, type(exc).__name__)
+        return _finish(claim, transitions.S.FAILED, error=error_dict(exc))
+    return _finish(claim, transitions.S.COMPLETED, result=result)
+
+
+def _finish(claim: transitions.Claim, status: str, *, result: bytes | None = None,
+            error: dict | None = None) -> str:
+    try:
+        transitions.finish(claim, clock.now(), status, result=result, error=error)
+    except FencingError:
+        return LOST
+    return COMPLETED if status == transitions.S.COMPLETED else FAILED

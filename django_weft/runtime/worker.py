@@ -1,0 +1,152 @@
+"""The long-running loop behind ``manage.py weft_maintenance``.
+
+N executor threads claim runnable runs and drive them; a heartbeat thread renews the leases of the runs
+they hold; the calling thread runs the periodic maintenance (execution timeouts, retention). Stopping
+lets every executor finish the step it is in, hands its remaining runs back, and returns.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import Counter
+from datetime import datetime
+
+from django.db import close_old_connections, connections
+
+from .. import clock, transitions
+from ..conf import weft_settings
+from ..maintenance import default_owner, purge_finished, time_out_expired
+from ..models import Workflow
+from . import executor
+
+logger = logging.getLogger("django_weft.worker")
+
+ERROR_BACKOFF_SECONDS = 2.0
+RETENTION_EVERY_SECONDS = 60.0
+
+
+class Worker:
+    def __init__(self, *, threads: int = 1, interval: float | None = None) -> None:
+        if threads < 1:
+            raise ValueError("a worker needs at least one executor thread")
+        self.threads = threads
+        self.interval = weft_settings.POLL_INTERVAL if interval is None else interval
+        self.stop_event = threading.Event()
+        # The heartbeat outlives stop(): executors still finishing a step must keep their leases.
+        self._executors_done = threading.Event()
+        self.outcomes: Counter = Counter()
+        self._held: set[transitions.Claim] = set()
+        self._lock = threading.Lock()
+
+    # --- control -------------------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        self.stop_event.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self.stop_event.is_set()
+
+    def run(self) -> None:
+        """Run until :meth:`stop` is called; returns once every thread has finished its current step."""
+        workers = [
+            threading.Thread(target=self._executor_loop, name=f"weft-executor-{i}", daemon=True)
+            for i in range(self.threads)
+        ]
+        heartbeat = threading.Thread(target=self._heartbeat_loop, name="weft-heartbeat", daemon=True)
+        for thread in [*workers, heartbeat]:
+            thread.start()
+        try:
+            self._maintenance_loop()
+        finally:
+            self.stop()
+            for thread in workers:
+                thread.join()
+            self._executors_done.set()
+            heartbeat.join()
+            connections.close_all()
+
+    # --- loops ---------------------------------------------------------------------------------------
+
+    def _maintenance_loop(self) -> None:
+        last_purge: float | None = None
+        while not self.stopping:
+            try:
+                close_old_connections()
+                now = clock.now()
+                timed_out = time_out_expired(now)
+                if timed_out:
+                    logger.info("timed out %d run(s)", timed_out)
+                stamp = now.timestamp()
+                if last_purge is None or stamp - last_purge >= RETENTION_EVERY_SECONDS:
+                    purged = purge_finished(now)
+                    last_purge = stamp
+                    if purged:
+                        logger.info("retention deleted %d finished run(s)", purged)
+            except Exception:
+                logger.exception("maintenance pass failed; retrying")
+            self.stop_event.wait(self.interval)
+
+    def _executor_loop(self) -> None:
+        owner = default_owner()
+        try:
+            while not self.stopping:
+                try:
+                    close_old_connections()
+                    claims = transitions.claim(owner, clock.now(), weft_settings.CLAIM_BATCH_SIZE)
+                except Exception:
+                    logger.exception("claiming runs failed; retrying in %ss", ERROR_BACKOFF_SECONDS)
+                    self.stop_event.wait(ERROR_BACKOFF_SECONDS)
+                    continue
+                if not claims:
+                    self.stop_event.wait(self._idle_delay())
+                    continue
+                with self._lock:
+                    self._held.update(claims)
+                for held in claims:
+                    self._drive(held)
+        finally:
+            connections.close_all()
+
+    def _drive(self, held: transitions.Claim) -> None:
+        try:
+            if self.stopping:
+                outcome = executor.RELEASED if transitions.release(held, clock.now()) else executor.LOST
+            else:
+                outcome = executor.execute(held, lambda: self.stopping)
+            self.outcomes[outcome] += 1
+        except Exception:
+            # A database error mid-run: the lease runs out and another executor takes the run over.
+            logger.exception("executing run %s failed; it is retried when its lease expires", held.run.pk)
+        finally:
+            with self._lock:
+                self._held.discard(held)
+
+    def _idle_delay(self) -> float:
+        try:
+            soonest: datetime | None = (
+                Workflow.objects.filter(runnable_at__isnull=False).order_by("runnable_at")
+                .values_list("runnable_at", flat=True).first()
+            )
+        except Exception:
+            return self.interval
+        if soonest is None:
+            return self.interval
+        return max(0.0, min(self.interval, (soonest - clock.now()).total_seconds()))
+
+    def _heartbeat_loop(self) -> None:
+        every = weft_settings.HEARTBEAT_SECONDS
+        try:
+            while not self._executors_done.wait(every):
+                with self._lock:
+                    held = list(self._held)
+                if not held:
+                    continue
+                try:
+                    close_old_connections()
+                    transitions.renew(held, clock.now())
+                except Exception:
+                    logger.exception("renewing leases failed; retrying")
+        finally:
+            connections.close_all()

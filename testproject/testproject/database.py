@@ -1,0 +1,34 @@
+"""DATABASES from the DATABASE_URL environment variable; SQLite (IMMEDIATE transactions, WAL) without it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import parse_qs, unquote, urlparse
+
+
+def database_from_env(url: str | None, sqlite_path: Path) -> dict:
+    if not url:
+        return {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": str(sqlite_path),
+            "OPTIONS": {
+                # django_weft needs the write lock taken when a transaction begins (check weft.E001).
+                "transaction_mode": "IMMEDIATE",
+                "timeout": 30,
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            },
+        }
+    parts = urlparse(url)
+    if parts.scheme not in ("postgres", "postgresql"):
+        raise ValueError(f"DATABASE_URL must be postgres://..., got scheme {parts.scheme!r}")
+    options = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": unquote(parts.path.lstrip("/")) or "postgres",
+        "USER": unquote(parts.username or ""),
+        "PASSWORD": unquote(parts.password or ""),
+        "HOST": parts.hostname or "",
+        "PORT": str(parts.port or ""),
+        "OPTIONS": options,
+        "CONN_MAX_AGE": 0,
+    }

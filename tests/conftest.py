@@ -1,0 +1,16 @@
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+
+pytest_plugins = ["django_weft.testing"]
+
+
+def on_postgres() -> bool:
+    return connection.vendor == "postgresql"
+
+
+@pytest.fixture
+def postgres_only(db: object) -> None:
+    if not on_postgres():
+        pytest.skip("needs PostgreSQL: run with DATABASE_URL=postgres://... (as .ci/run does)")

@@ -1,0 +1,20 @@
+"""Test settings: the test project plus the test app; DATABASE_URL selects PostgreSQL."""
+
+from __future__ import annotations
+
+import os
+
+from testproject.settings import *  # noqa: F403
+from testproject.settings import BASE_DIR, DATABASES, INSTALLED_APPS
+
+INSTALLED_APPS = [*INSTALLED_APPS, "tests.testapp"]
+
+# A file (not :memory:) so subprocesses started by tests see the same SQLite test database.
+DATABASES["default"]["TEST"] = {"NAME": str(BASE_DIR / "test_weft.sqlite3")}
+if os.environ.get("WEFT_TEST_DB_NAME"):  # set for subprocesses: use the test database itself
+    DATABASES["default"]["NAME"] = os.environ["WEFT_TEST_DB_NAME"]
+
+WEFT_LEASE_SECONDS = float(os.environ.get("WEFT_LEASE_SECONDS", "30"))
+WEFT_HEARTBEAT_SECONDS = float(os.environ.get("WEFT_HEARTBEAT_SECONDS", "10"))
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+LOGGING = {"version": 1, "disable_existing_loggers": False}

@@ -1,0 +1,144 @@
+"""Workflows and activities the test suite drives."""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import django_weft as weft
+
+from .models import Execution
+
+
+def mark(key: str) -> None:
+    Execution.objects.create(key=key, pid=os.getpid())
+
+
+def executions(key: str) -> int:
+    return Execution.objects.filter(key=key).count()
+
+
+@weft.activity
+def record(key: str) -> str:
+    mark(key)
+    return key.upper()
+
+
+class Flaky(Exception):
+    pass
+
+
+@weft.activity(retry=weft.RetryPolicy(max_attempts=3, initial_backoff=1, backoff_multiplier=2))
+def flaky(spec: dict) -> str:
+    """Fails the first ``spec['failures']`` times it runs for ``spec['key']``."""
+    mark(spec["key"])
+    if executions(spec["key"]) <= spec["failures"]:
+        raise Flaky(f"failure {executions(spec['key'])} of {spec['key']}")
+    return "ok"
+
+
+@weft.activity(retry=weft.RetryPolicy(max_attempts=5, non_retryable=(ValueError,)))
+def refuses(key: str) -> None:
+    mark(key)
+    raise ValueError(f"bad value for {key}")
+
+
+@weft.activity(retry=weft.RetryPolicy(max_attempts=2, initial_backoff=5), timeout=0.3)
+def too_slow(key: str) -> str:
+    mark(key)
+    time.sleep(2)
+    return "late"
+
+
+@weft.activity(retry=weft.RetryPolicy(max_attempts=1))
+def unencodable(key: str) -> object:
+    return object()
+
+
+@weft.activity(retry=weft.RetryPolicy(max_attempts=1))
+def wait_for_file(spec: dict) -> str:
+    """Marks that it started, then blocks until ``spec['path']`` exists (a test kills us meanwhile)."""
+    mark(spec["key"] + ":start")
+    deadline = time.monotonic() + spec.get("max_wait", 60)
+    while not Path(spec["path"]).exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    mark(spec["key"] + ":end")
+    return "released"
+
+
+@weft.workflow(name="test.steps")
+def steps(ctx: weft.Context, spec: dict) -> list[str]:
+    """``spec['count']`` recorded activities; ``spec['sleep']`` seconds of durable sleep in the middle."""
+    results = []
+    for i in range(spec["count"]):
+        results.append(ctx.run(record, f"{spec['key']}:{i}"))
+        if spec.get("sleep") and i == spec["count"] // 2 - 1:
+            ctx.sleep(timedelta(seconds=spec["sleep"]))
+    return results
+
+
+@weft.workflow(name="test.retry")
+def retrying(ctx: weft.Context, spec: dict) -> str:
+    return ctx.run(flaky, spec)
+
+
+@weft.workflow(name="test.non_retryable")
+def non_retryable(ctx: weft.Context, key: str) -> str:
+    try:
+        ctx.run(refuses, key)
+    except weft.ActivityError as exc:
+        return f"compensated: {exc.error_type}"
+    return "unreachable"
+
+
+@weft.workflow(name="test.uncaught")
+def uncaught(ctx: weft.Context, key: str) -> None:
+    ctx.run(refuses, key)
+
+
+@weft.workflow(name="test.timeout")
+def timing_out(ctx: weft.Context, key: str) -> str:
+    return ctx.run(too_slow, key)
+
+
+@weft.workflow(name="test.unencodable")
+def unencodable_result(ctx: weft.Context, key: str) -> object:
+    return ctx.run(unencodable, key)
+
+
+@weft.workflow(name="test.values")
+def values(ctx: weft.Context) -> dict:
+    first = {"now": ctx.now(), "uuid": ctx.uuid4(), "random": ctx.random(),
+             "side": ctx.side_effect(lambda: executions("side") + mark("side"))}
+    ctx.sleep(10)
+    return first
+
+
+@weft.workflow(name="test.crash")
+def crash(ctx: weft.Context, spec: dict) -> str:
+    ctx.run(record, spec["key"] + ":before")
+    released = ctx.run(wait_for_file, spec)
+    ctx.run(record, spec["key"] + ":after")
+    return released
+
+
+@weft.workflow(name="test.long_sleep")
+def long_sleep(ctx: weft.Context) -> str:
+    ctx.sleep(timedelta(days=2))
+    return "woke"
+
+
+DYNAMIC = {"shape": "a"}
+
+
+@weft.workflow(name="test.changing")
+def changing(ctx: weft.Context, key: str) -> str:
+    """Its first step depends on a module global, so a test can 'deploy' different code mid-run."""
+    if DYNAMIC["shape"] == "a":
+        ctx.run(record, key)
+    else:
+        ctx.sleep(1)
+    ctx.sleep(60)
+    return "done"
