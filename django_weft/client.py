@@ -204,7 +204,7 @@ def start(
         return _start_idempotent(run, delayed_until)
     with transaction.atomic():
         if workflow_id is not None:
-            previous = Workflow.objects.filter(workflow_id=workflow_id).order_by("-created_at").first()
+            previous = Workflow.objects.latest_for(workflow_id).first()
             if previous is not None:
                 if not previous.is_finished:
                     raise WorkflowAlreadyExists(
@@ -253,13 +253,13 @@ def _start_idempotent(run: Workflow, delayed_until: datetime | None) -> Workflow
 
 def get_handle(workflow_id: str, run_id: uuid.UUID | str | None = None) -> WorkflowHandle:
     """A handle to the run ``run_id`` of ``workflow_id``, or to its latest run."""
-    runs = Workflow.objects.filter(workflow_id=workflow_id)
+    runs = Workflow.objects.latest_for(workflow_id)
     if run_id is not None:
         try:
             runs = runs.filter(pk=uuid.UUID(str(run_id)))
         except ValueError:
             raise InvalidArgument(f"run_id must be a UUID, got {run_id!r}") from None
-    run = runs.order_by("-created_at").only("run_id", "workflow_id").first()
+    run = runs.only("run_id", "workflow_id").first()
     if run is None:
         raise WorkflowNotFound(f"no run of workflow id {workflow_id!r}"
                                + (f" with run id {run_id}" if run_id else ""))

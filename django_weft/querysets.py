@@ -25,3 +25,12 @@ class WorkflowQuerySet(models.QuerySet):
     def past_deadline(self, now: datetime) -> WorkflowQuerySet:
         return self.filter(execution_deadline__isnull=False, finished_at__isnull=True,
                            execution_deadline__lte=now)
+
+    def latest_for(self, workflow_id: str) -> WorkflowQuerySet:
+        """Runs of ``workflow_id``, latest first: the open run (at most one), then by creation."""
+        from .models import RunStatus
+
+        return self.filter(workflow_id=workflow_id).order_by(
+            models.Case(models.When(status__in=RunStatus.open_values(), then=0), default=1),
+            "-created_at", "-finished_at",
+        )

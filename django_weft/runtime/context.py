@@ -15,7 +15,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import close_old_connections, connections
+from django.db import connections
 
 from .. import clock, transitions
 from ..activities import ActivityDefinition, definition_of
@@ -264,7 +264,6 @@ class Context:
 
         # The activity cannot be interrupted; on timeout we stop waiting and let it finish on its own.
         worker = threading.Thread(target=target, name=f"weft-activity-{definition.name}", daemon=True)
-        close_old_connections()
         worker.start()
         if not done.wait(definition.timeout):
             raise ActivityTimeout(

@@ -108,10 +108,15 @@ def unencodable_result(ctx: weft.Context, key: str) -> object:
     return ctx.run(unencodable, key)
 
 
+def _count_side_effect() -> int:
+    mark("side")
+    return executions("side")
+
+
 @weft.workflow(name="test.values")
 def values(ctx: weft.Context) -> dict:
     first = {"now": ctx.now(), "uuid": ctx.uuid4(), "random": ctx.random(),
-             "side": ctx.side_effect(lambda: executions("side") + mark("side"))}
+             "side": ctx.side_effect(_count_side_effect)}
     ctx.sleep(10)
     return first
 
@@ -142,3 +147,19 @@ def changing(ctx: weft.Context, key: str) -> str:
         ctx.sleep(1)
     ctx.sleep(60)
     return "done"
+
+
+@weft.activity
+def cancel_own_run(key: str) -> str:
+    """Cancels the run that is executing it, as an operator would from the admin mid-step."""
+    mark(key)
+    weft.cancel(key, reason="operator cancelled mid-step")
+    return "finished after cancel"
+
+
+@weft.workflow(name="test.cancelled_mid_step")
+def cancelled_mid_step(ctx: weft.Context, key: str) -> str:
+    ctx.run(record, key + ":first")
+    ctx.run(cancel_own_run, key)
+    ctx.run(record, key + ":never")
+    return "unreachable"
