@@ -28,8 +28,8 @@ def check_sqlite_transaction_mode(app_configs: Any = None, **kwargs: Any) -> lis
     return [Error(
         f"django_weft needs SQLite transactions that take the write lock up front; database {alias!r} "
         f"uses transaction_mode={mode!r}.",
-        hint='Set DATABASES["%s"]["OPTIONS"]["transaction_mode"] = "IMMEDIATE" (and use WAL); without it, '
-             "concurrent claims can fail with 'database is locked' or read stale rows." % alias,
+        hint=f'Set DATABASES["{alias}"]["OPTIONS"]["transaction_mode"] = "IMMEDIATE" (and use WAL); without '
+             "it, concurrent claims can fail with 'database is locked' or read stale rows.",
         id="weft.E001",
     )]
 

@@ -230,8 +230,9 @@ def start(
 
 def _start_idempotent(run: Workflow, delayed_until: datetime | None) -> WorkflowHandle:
     key = run.idempotency_key
+    by_key = Workflow.objects.filter(idempotency_key=key).only("workflow_id", "run_id", "workflow_type")
     with transaction.atomic():
-        existing = Workflow.objects.filter(idempotency_key=key).only("workflow_id", "run_id", "workflow_type").first()
+        existing = by_key.first()
         if existing is None:
             try:
                 with transaction.atomic():
@@ -240,7 +241,7 @@ def _start_idempotent(run: Workflow, delayed_until: datetime | None) -> Workflow
             except IntegrityError:
                 # Another caller inserted the same key first; the unique index made us wait for its
                 # commit, so its row is visible now.
-                existing = Workflow.objects.filter(idempotency_key=key).only("workflow_id", "run_id", "workflow_type").first()
+                existing = by_key.first()
                 if existing is None:
                     raise
         if existing.workflow_type != run.workflow_type:

@@ -98,7 +98,7 @@ def test_idempotency_key_returns_the_same_run_even_after_it_finished(weft_env):
     assert first.status == "completed"
     assert weft.start(steps, spec("i"), idempotency_key="checkout-42").run_id == first.run_id
     assert Workflow.objects.count() == 1
-    with pytest.raises(weft.InvalidArgument, match="already started a 'test.steps' run"):
+    with pytest.raises(weft.InvalidArgument, match=r"already started a 'test\.steps' run"):
         weft.start("test.retry", {"key": "x", "failures": 0}, idempotency_key="checkout-42")
 
 

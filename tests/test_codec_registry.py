@@ -73,7 +73,7 @@ def test_duplicate_workflow_name_is_refused():
         return 2
 
     weft.workflow(name="test.dupe")(first)
-    with pytest.raises(weft.WorkflowAlreadyRegistered, match="'test.dupe' is already registered"):
+    with pytest.raises(weft.WorkflowAlreadyRegistered, match=r"'test\.dupe' is already registered"):
         weft.workflow(name="test.dupe")(second)
 
 

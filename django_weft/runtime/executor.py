@@ -8,7 +8,7 @@ from datetime import timedelta
 
 from .. import clock, transitions
 from ..codec import decode, encode
-from ..exceptions import FencingError, WeftError, WorkflowNotRegistered
+from ..exceptions import FencingError, WorkflowNotRegistered
 from ..models import Timer, WorkflowStep
 from ..registry import get_workflow
 from .context import Context
@@ -55,10 +55,7 @@ def execute(claim: transitions.Claim, should_stop: Callable[[], bool] = lambda: 
             return RELEASED
         return LOST
     except Exception as exc:
-        if isinstance(exc, WeftError) and not isinstance(exc, (FencingError,)):
-            logger.warning("run %s failed: %s", run.pk, exc)
-        else:
-            logger.info("run %s failed with %s", run.pk, type(exc).__name__)
+        logger.warning("run %s of %s failed: %s: %s", run.pk, run.workflow_type, type(exc).__name__, exc)
         return _finish(claim, transitions.S.FAILED, error=error_dict(exc))
     return _finish(claim, transitions.S.COMPLETED, result=result)
 

@@ -7,3 +7,6 @@ class Execution(models.Model):
     key = models.CharField(max_length=200, db_index=True)
     created_at = models.DateTimeField(auto_now_add=True)
     pid = models.IntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"{self.key} (pid {self.pid})"
