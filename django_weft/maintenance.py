@@ -20,6 +20,7 @@ from . import clock, transitions
 from .conf import weft_settings
 from .models import RunStatus, Timer, Workflow, WorkflowStep
 from .runtime import executor
+from .runtime.leases import LeaseKeeper
 
 logger = logging.getLogger("django_weft.maintenance")
 
@@ -96,16 +97,18 @@ def purge_finished(now: datetime) -> int:
     return purged
 
 
-def execute_runnable(now: datetime | None, report: MaintenanceReport, owner: str,
-                     should_stop=lambda: False) -> None:
+def execute_runnable(now: datetime | None, report: MaintenanceReport, owner: str) -> None:
     """Claim and drive runnable runs until none is left (as of ``now``, or the live clock)."""
-    while not should_stop():
-        claims = transitions.claim(owner, now or clock.now(), weft_settings.CLAIM_BATCH_SIZE)
-        if not claims:
-            return
-        report.count_claims(claims)
-        for held in claims:
-            report.outcomes[executor.execute(held, should_stop)] += 1
+    with LeaseKeeper() as leases:
+        while True:
+            claims = transitions.claim(owner, now or clock.now(), weft_settings.CLAIM_BATCH_SIZE)
+            if not claims:
+                return
+            report.count_claims(claims)
+            leases.hold(claims)
+            for held in claims:
+                report.outcomes[executor.execute(held)] += 1
+                leases.drop(held)
 
 
 def run_maintenance(now: datetime | None = None) -> MaintenanceReport:

@@ -133,3 +133,37 @@ def test_check_requires_immediate_transactions_on_sqlite(settings):
         assert check_sqlite_transaction_mode() == []
     finally:
         connections["default"].settings_dict = original
+
+
+@pytest.mark.django_db(transaction=True)
+@override_settings(WEFT_LEASE_SECONDS=1.0, WEFT_HEARTBEAT_SECONDS=0.2)
+def test_lease_is_renewed_while_a_long_activity_runs():
+    import threading
+    import time
+
+    from django.db import connection
+
+    handle = weft.start("test.slow", {"key": "long", "seconds": 3})
+    reports = []
+
+    def executor_thread():
+        try:
+            reports.append(weft.run_maintenance())
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=executor_thread)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while executions("long") == 0 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    rivals = []
+    while thread.is_alive() and time.monotonic() < deadline:
+        rivals.append(weft.run_maintenance())  # a second executor, looking for expired leases
+        time.sleep(0.1)
+    thread.join()
+    assert sum(r.claimed for r in rivals) == 0, "the rival took over a run whose lease was being renewed"
+    assert len(rivals) > 10
+    assert reports[0].outcomes == {"completed": 1}
+    assert executions("long") == 1
+    assert handle.result() == "slept"

@@ -1,7 +1,7 @@
 """The long-running loop behind ``manage.py weft_maintenance``.
 
-N executor threads claim runnable runs and drive them; a heartbeat thread renews the leases of the runs
-they hold; the calling thread runs the periodic maintenance (execution timeouts, retention). Stopping
+N executor threads claim runnable runs and drive them; a LeaseKeeper renews the leases of the runs they
+hold; the calling thread runs the periodic maintenance (execution timeouts, retention). Stopping
 lets every executor finish the step it is in, hands its remaining runs back, and returns.
 """
 
@@ -19,6 +19,7 @@ from ..conf import weft_settings
 from ..maintenance import default_owner, purge_finished, time_out_expired
 from ..models import Workflow
 from . import executor
+from .leases import LeaseKeeper
 
 logger = logging.getLogger("django_weft.worker")
 
@@ -33,11 +34,8 @@ class Worker:
         self.threads = threads
         self.interval = weft_settings.POLL_INTERVAL if interval is None else interval
         self.stop_event = threading.Event()
-        # The heartbeat outlives stop(): executors still finishing a step must keep their leases.
-        self._executors_done = threading.Event()
         self.outcomes: Counter = Counter()
-        self._held: set[transitions.Claim] = set()
-        self._lock = threading.Lock()
+        self._leases = LeaseKeeper()
 
     # --- control -------------------------------------------------------------------------------------
 
@@ -54,18 +52,17 @@ class Worker:
             threading.Thread(target=self._executor_loop, name=f"weft-executor-{i}", daemon=True)
             for i in range(self.threads)
         ]
-        heartbeat = threading.Thread(target=self._heartbeat_loop, name="weft-heartbeat", daemon=True)
-        for thread in [*workers, heartbeat]:
-            thread.start()
-        try:
-            self._maintenance_loop()
-        finally:
-            self.stop()
+        # The lease keeper outlives stop(): executors still finishing a step must keep their leases.
+        with self._leases:
             for thread in workers:
-                thread.join()
-            self._executors_done.set()
-            heartbeat.join()
-            connections.close_all()
+                thread.start()
+            try:
+                self._maintenance_loop()
+            finally:
+                self.stop()
+                for thread in workers:
+                    thread.join()
+                connections.close_all()
 
     # --- loops ---------------------------------------------------------------------------------------
 
@@ -102,8 +99,7 @@ class Worker:
                 if not claims:
                     self.stop_event.wait(self._idle_delay())
                     continue
-                with self._lock:
-                    self._held.update(claims)
+                self._leases.hold(claims)
                 for held in claims:
                     self._drive(held)
         finally:
@@ -120,8 +116,7 @@ class Worker:
             # A database error mid-run: the lease runs out and another executor takes the run over.
             logger.exception("executing run %s failed; it is retried when its lease expires", held.run.pk)
         finally:
-            with self._lock:
-                self._held.discard(held)
+            self._leases.drop(held)
 
     def _idle_delay(self) -> float:
         try:
@@ -134,19 +129,3 @@ class Worker:
         if soonest is None:
             return self.interval
         return max(0.0, min(self.interval, (soonest - clock.now()).total_seconds()))
-
-    def _heartbeat_loop(self) -> None:
-        every = weft_settings.HEARTBEAT_SECONDS
-        try:
-            while not self._executors_done.wait(every):
-                with self._lock:
-                    held = list(self._held)
-                if not held:
-                    continue
-                try:
-                    close_old_connections()
-                    transitions.renew(held, clock.now())
-                except Exception:
-                    logger.exception("renewing leases failed; retrying")
-        finally:
-            connections.close_all()

@@ -163,3 +163,15 @@ def cancelled_mid_step(ctx: weft.Context, key: str) -> str:
     ctx.run(cancel_own_run, key)
     ctx.run(record, key + ":never")
     return "unreachable"
+
+
+@weft.activity
+def slow(spec: dict) -> str:
+    mark(spec["key"])
+    time.sleep(spec["seconds"])
+    return "slept"
+
+
+@weft.workflow(name="test.slow")
+def slow_workflow(ctx: weft.Context, spec: dict) -> str:
+    return ctx.run(slow, spec)
