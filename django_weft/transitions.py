@@ -190,9 +190,10 @@ def renew(claims: Iterable[Claim], now: datetime) -> None:
     for held in claims:
         if held.lost:
             continue
-        updated = Workflow.objects.filter(pk=held.run.pk, fence=held.fence, status=S.RUNNING).update(
-            runnable_at=expiry
-        )
+        # The owner check keeps a renewal racing a release() from re-leasing a run just handed back.
+        updated = Workflow.objects.filter(
+            pk=held.run.pk, fence=held.fence, status=S.RUNNING, lease_owner=held.owner
+        ).update(runnable_at=expiry)
         if updated == 0:
             held.lost = True
 

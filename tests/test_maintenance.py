@@ -167,3 +167,28 @@ def test_lease_is_renewed_while_a_long_activity_runs():
     assert reports[0].outcomes == {"completed": 1}
     assert executions("long") == 1
     assert handle.result() == "slept"
+
+
+def test_a_database_error_while_committing_a_step_does_not_fail_the_run(weft_env, monkeypatch):
+    from django.db import OperationalError
+
+    original_save = WorkflowStep.save
+    failures = []
+
+    def flaky_save(self, *args, **kwargs):
+        if not failures:
+            failures.append(self.seq)
+            raise OperationalError("server closed the connection unexpectedly")
+        return original_save(self, *args, **kwargs)
+
+    monkeypatch.setattr(WorkflowStep, "save", flaky_save)
+    handle = weft.start("test.steps", {"key": "dberr", "count": 2})
+    report = weft_env.drive()
+    assert report.outcomes == {"lost": 1}
+    run = handle.refresh()
+    assert run.status == "running" and run.error is None, "a commit failure must not fail the run"
+    assert not WorkflowStep.objects.filter(run_id=handle.run_id).exists()
+    weft_env.advance(timedelta(seconds=31))  # the lease expires; the run is retried from its journal
+    assert handle.result() == ["DBERR:0", "DBERR:1"]
+    assert executions("dberr:0") == 2, "the step whose commit failed runs again (at least once)"
+    assert executions("dberr:1") == 1

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 import pytest
 
 import django_weft as weft
-from django_weft.models import StepKind, StepStatus, Timer, Workflow, WorkflowStep
+from django_weft.models import StepKind, Timer, WorkflowStep
 from tests.testapp import workflows as wf
 from tests.testapp.workflows import executions
 

@@ -8,6 +8,7 @@ operation that must wait commits the run as parked and raises :class:`Suspend`.
 
 from __future__ import annotations
 
+import logging
 import random as _random
 import threading
 import uuid
@@ -15,7 +16,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import connections
+from django.db import DatabaseError, connections
 
 from .. import clock, transitions
 from ..activities import ActivityDefinition, definition_of
@@ -30,6 +31,8 @@ from ..exceptions import (
 )
 from ..models import StepKind, StepStatus, Timer, TimerPurpose, WorkflowStep
 from .errors import StopExecution, Suspend, error_dict
+
+logger = logging.getLogger("django_weft.executor")
 
 
 def _seconds(duration: float | int | timedelta) -> float:
@@ -97,6 +100,15 @@ class Context:
             transitions.commit(self._claim, clock.now(), writes)
         except FencingError:
             raise StopExecution(release=False) from None
+        except DatabaseError as exc:
+            raise self._commit_failed(exc) from exc
+
+    def _commit_failed(self, exc: DatabaseError) -> StopExecution:
+        # Not the workflow's fault (lost connection, lock timeout, ...): leave the run to its lease, after
+        # which any executor retries from the journal, instead of failing it.
+        logger.warning("run %s: committing a step failed (%s); it is retried when its lease expires",
+                       self.run_id, exc)
+        return StopExecution(release=False)
 
     def _park(self, *, wake_at: datetime | None, reason: str,
               writes: Callable[[], None] | None = None) -> None:
@@ -104,6 +116,8 @@ class Context:
             transitions.park(self._claim, clock.now(), wake_at=wake_at, reason=reason, writes=writes)
         except FencingError:
             raise StopExecution(release=False) from None
+        except DatabaseError as exc:
+            raise self._commit_failed(exc) from exc
         raise Suspend()
 
     def _step(self, seq: int, kind: str, name: str, status: str, *, attempt: int = 1,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import Counter
 from datetime import datetime
 
@@ -24,6 +25,7 @@ from .leases import LeaseKeeper
 logger = logging.getLogger("django_weft.worker")
 
 ERROR_BACKOFF_SECONDS = 2.0
+BATCH_HOLD_SECONDS = 2.0
 RETENTION_EVERY_SECONDS = 60.0
 
 
@@ -100,14 +102,18 @@ class Worker:
                     self.stop_event.wait(self._idle_delay())
                     continue
                 self._leases.hold(claims)
+                claimed_at = time.monotonic()
                 for held in claims:
-                    self._drive(held)
+                    # Runs still waiting in a batch that a slow run has held up go back to the pool,
+                    # where idle executors can take them.
+                    held_up = time.monotonic() - claimed_at > BATCH_HOLD_SECONDS
+                    self._drive(held, hand_back=self.stopping or held_up)
         finally:
             connections.close_all()
 
-    def _drive(self, held: transitions.Claim) -> None:
+    def _drive(self, held: transitions.Claim, *, hand_back: bool) -> None:
         try:
-            if self.stopping:
+            if hand_back:
                 outcome = executor.RELEASED if transitions.release(held, clock.now()) else executor.LOST
             else:
                 outcome = executor.execute(held, lambda: self.stopping)

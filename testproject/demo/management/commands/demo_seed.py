@@ -10,7 +10,7 @@ from django.core.management.base import BaseCommand
 import django_weft as weft
 
 USERNAME = "demo"
-PASSWORD = "demo"  # noqa: S105 - a local demo account, printed on purpose
+PASSWORD = "demo"
 
 
 class Command(BaseCommand):
