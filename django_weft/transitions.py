@@ -110,6 +110,11 @@ def claim(owner: str, now: datetime, limit: int) -> list[Claim]:
             started_at=Coalesce("started_at", now),
             updated_at=now,
         )
+        delayed = [r.pk for r in rows if r.status == S.PENDING and r.runnable_at > r.created_at]
+        if delayed:
+            Timer.objects.filter(run_id__in=delayed, purpose="delayed_start", fired_at__isnull=True).update(
+                fired_at=now
+            )
     claims = []
     for row in rows:
         previous, previous_owner = row.status, row.lease_owner

@@ -142,6 +142,7 @@ def test_delayed_start_waits_for_start_after(weft_env):
     assert handle.status == "pending" and executions("d:0") == 0
     weft_env.advance(timedelta(minutes=5))
     assert handle.result() == ["D:0", "D:1"]
+    assert Timer.objects.get(run_id=handle.run_id).fired_at == weft_env.now()
 
 
 def test_start_at_in_the_past_starts_now(weft_env):

@@ -59,6 +59,14 @@ def test_resume_refuses_a_run_that_is_not_suspended(weft_env):
         handle.resume()
 
 
+def test_finished_runs_cannot_be_suspended(weft_env):
+    handle = weft.start("test.steps", {"key": "fin", "count": 1})
+    weft_env.drive()
+    with pytest.raises(weft.TransitionNotAllowed, match="is completed; it cannot become suspended"):
+        handle.suspend()
+    assert handle.status == "completed"
+
+
 def test_deterministic_values_are_recorded_and_replayed(weft_env):
     handle = weft.start("test.values")
     weft_env.drive()
