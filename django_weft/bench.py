@@ -23,6 +23,7 @@ from its claim to its completion).
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from collections import Counter
@@ -47,6 +48,7 @@ GOAL_COMMITS_PER_WORKFLOW = 5
 GOAL_RATIO_TARGET = 0.6
 CHUNK = 500
 WRITE_VERBS = ("INSERT", "UPDATE", "DELETE")
+_WRITE_CTE = re.compile(r"\b(INSERT\s+INTO|UPDATE\s+\S+\s+SET|DELETE\s+FROM)\b", re.IGNORECASE)
 
 
 @activity(name=BENCH_ACTIVITY)
@@ -144,7 +146,8 @@ class SqlCounter:
     def __call__(self, execute: Callable, sql: str, params: Any, many: bool, context: dict) -> Any:
         if self.active:
             conn = context["connection"]
-            is_write = sql.lstrip()[:6].upper() in WRITE_VERBS
+            head = sql.lstrip()[:6].upper()
+            is_write = head in WRITE_VERBS or (head.startswith("WITH") and _WRITE_CTE.search(sql) is not None)
             if conn.in_atomic_block:
                 block = self._blocks.get(id(conn))
                 if block is None or not any(entry[1] is block for entry in conn.run_on_commit):
@@ -257,11 +260,14 @@ def run_bench(*, workflows: int, steps: int, workers: int, probe_seconds: float 
             thread = threading.Thread(target=worker.run, name="weft-bench-worker", daemon=True)
             began = time.perf_counter()
             thread.start()
-            completed = finished.done.wait(timeout)
-            drive_seconds = time.perf_counter() - began
-            counter.active = False
-            worker.stop()
-            thread.join()
+            try:
+                completed = finished.done.wait(timeout)
+                drive_seconds = time.perf_counter() - began
+            finally:
+                # Stopped before anything else (cleanup included) touches the runs.
+                counter.active = False
+                worker.stop()
+                thread.join()
         if not completed:
             raise BenchError(
                 f"{len(finished.pending)} of {workflows} run(s) had not finished after {timeout:g}s"

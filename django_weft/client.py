@@ -202,6 +202,8 @@ def start(
 
     if idempotency_key is not None:
         return _start_idempotent(run, delayed_until)
+    # A savepoint keeps a caller's transaction usable after a lost race; on its own, start() needs none.
+    in_callers_transaction = transaction.get_connection().in_atomic_block
     with transaction.atomic():
         if workflow_id is not None:
             previous = Workflow.objects.latest_for(workflow_id).first()
@@ -218,8 +220,7 @@ def start(
                     )
                 run.restarted_from = previous
         try:
-            # A savepoint, so the caller's transaction stays usable after a lost race.
-            with transaction.atomic():
+            with transaction.atomic(savepoint=in_callers_transaction):
                 transitions.insert_run(run, delayed_until=delayed_until)
         except IntegrityError:
             raise WorkflowAlreadyExists(

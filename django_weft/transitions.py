@@ -12,7 +12,7 @@ Every function is one transaction over one run row (or one page of rows for clai
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -21,7 +21,7 @@ from django.db import transaction
 from django.db.models import F
 from django.db.models.functions import Coalesce
 
-from . import signals
+from . import journal, signals
 from .conf import weft_settings
 from .exceptions import FencingError, TransitionNotAllowed, WorkflowNotFound
 from .models import RunStatus, Timer, Workflow
@@ -86,8 +86,10 @@ class Claim:
     previous_status: str
     previous_owner: str = ""
     lost: bool = False
-    # Writes to fold into the next fenced commit (e.g. marking a fired timer), so they cost no commit.
-    deferred: list[Callable[[], None]] = field(default_factory=list)
+    # First claim ever (started_at was unset): the run has no journal to read yet.
+    fresh: bool = False
+    # Writes folded into the run's next fenced commit (a fired timer, a step result), costing no commit.
+    deferred: list[journal.JournalWrite] = field(default_factory=list)
 
 
 def claim(owner: str, now: datetime, limit: int) -> list[Claim]:
@@ -117,73 +119,70 @@ def claim(owner: str, now: datetime, limit: int) -> list[Claim]:
             )
     claims = []
     for row in rows:
-        previous, previous_owner = row.status, row.lease_owner
+        previous, previous_owner, fresh = row.status, row.lease_owner, row.started_at is None
         row.fence += 1
         row.status = S.RUNNING
         row.lease_owner = owner
         row.started_at = row.started_at or now
         claims.append(Claim(run=row, fence=row.fence, owner=owner, previous_status=previous,
-                            previous_owner=previous_owner))
+                            previous_owner=previous_owner, fresh=fresh))
     return claims
 
 
-def _fenced_update(claim: Claim, now: datetime, **fields: Any) -> None:
-    updated = Workflow.objects.filter(pk=claim.run.pk, fence=claim.fence, status=S.RUNNING).update(
-        updated_at=now, **fields
+def _refused(claim: Claim) -> FencingError:
+    claim.lost = True
+    return FencingError(
+        f"run {claim.run.pk} was taken from this executor (cancelled, suspended, timed out or "
+        "re-claimed after its lease expired); the write was refused"
     )
-    if updated == 0:
-        claim.lost = True
-        raise FencingError(
-            f"run {claim.run.pk} was taken from this executor (cancelled, suspended, timed out or "
-            "re-claimed after its lease expired); the write was refused"
-        )
 
 
-def _flush_deferred(claim: Claim) -> None:
-    writes, claim.deferred = claim.deferred, []
-    for write in writes:
-        write()
+def _fenced_write(claim: Claim, now: datetime, writes: Sequence[journal.JournalWrite] = (),
+                  **fields: Any) -> None:
+    """Update the held run and apply journal writes (the deferred ones first) if the fence holds."""
+    pending = [*claim.deferred, *writes]
+    claim.deferred = []
+    fields["updated_at"] = now
+    fast = journal.write_in_one_statement(claim.run.pk, claim.fence, S.RUNNING, fields, pending)
+    if fast is False:
+        raise _refused(claim)
+    if fast is None:
+        with transaction.atomic():
+            updated = Workflow.objects.filter(pk=claim.run.pk, fence=claim.fence, status=S.RUNNING).update(
+                **fields
+            )
+            if updated == 0:
+                raise _refused(claim)
+            journal.apply(pending)
 
 
-def commit(claim: Claim, now: datetime, writes: Callable[[], None] | None = None) -> None:
+def commit(claim: Claim, now: datetime, writes: Sequence[journal.JournalWrite] = ()) -> None:
     """Commit journal writes for a run this executor holds, renewing its lease, in one transaction."""
-    with transaction.atomic():
-        _fenced_update(claim, now, runnable_at=_lease_expiry(now))
-        _flush_deferred(claim)
-        if writes is not None:
-            writes()
+    _fenced_write(claim, now, writes, runnable_at=_lease_expiry(now))
 
 
 def park(claim: Claim, now: datetime, *, wake_at: datetime | None, reason: str,
-         writes: Callable[[], None] | None = None) -> None:
+         writes: Sequence[journal.JournalWrite] = ()) -> None:
     """Park the run (waiting) until ``wake_at`` or until something external wakes it."""
-    with transaction.atomic():
-        _fenced_update(claim, now, status=S.WAITING, runnable_at=wake_at, wait_reason=reason[:255],
-                       lease_owner="")
-        _flush_deferred(claim)
-        if writes is not None:
-            writes()
+    _fenced_write(claim, now, writes, status=S.WAITING, runnable_at=wake_at, wait_reason=reason[:255],
+                  lease_owner="")
 
 
 def finish(claim: Claim, now: datetime, status: str, *, result: bytes | None = None,
            error: dict | None = None) -> None:
     """Complete or fail a run this executor holds."""
     assert status in (S.COMPLETED, S.FAILED), status
-    with transaction.atomic():
-        _fenced_update(claim, now, status=status, result=result, error=error, runnable_at=None,
-                       lease_owner="", wait_reason="", finished_at=now)
-        _flush_deferred(claim)
-        run = claim.run
-        run.status, run.result, run.error, run.finished_at = status, result, error, now
-        _send_on_commit(FINISH_SIGNALS[status], run)
+    _fenced_write(claim, now, status=status, result=result, error=error, runnable_at=None, lease_owner="",
+                  wait_reason="", finished_at=now)
+    run = claim.run
+    run.status, run.result, run.error, run.finished_at = status, result, error, now
+    _send_on_commit(FINISH_SIGNALS[status], run)
 
 
 def release(claim: Claim, now: datetime, *, retry_at: datetime | None = None, reason: str = "") -> bool:
     """Give a held run back so any executor can take it at ``retry_at`` (default: now)."""
     try:
-        with transaction.atomic():
-            _fenced_update(claim, now, runnable_at=retry_at or now, lease_owner="", wait_reason=reason[:255])
-            _flush_deferred(claim)
+        _fenced_write(claim, now, runnable_at=retry_at or now, lease_owner="", wait_reason=reason[:255])
     except FencingError:
         return False
     return True

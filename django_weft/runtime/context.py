@@ -12,13 +12,13 @@ import logging
 import random as _random
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import DatabaseError, connections
 
-from .. import clock, transitions
+from .. import clock, journal, transitions
 from ..activities import ActivityDefinition, definition_of
 from ..codec import decode, encode
 from ..exceptions import (
@@ -88,14 +88,21 @@ class Context:
             )
         return seq, step
 
-    def _before_new_work(self) -> None:
-        """Stop before doing anything not yet recorded if the worker is stopping or lost the run."""
+    def _before_new_work(self, *, side_effects: bool) -> None:
+        """Check before doing anything not yet recorded.
+
+        Stops if the worker is stopping or lost the run. Before work with side effects (an activity, a
+        side effect function) the deferred writes commit, so nothing touches the world while an earlier
+        step's result could still be lost.
+        """
         if self._claim.lost:
             raise StopExecution(release=False)
         if self._should_stop():
             raise StopExecution(release=True)
+        if side_effects and self._claim.deferred:
+            self._commit()
 
-    def _commit(self, writes: Callable[[], None]) -> None:
+    def _commit(self, writes: Sequence[journal.JournalWrite] = ()) -> None:
         try:
             transitions.commit(self._claim, clock.now(), writes)
         except FencingError:
@@ -111,7 +118,7 @@ class Context:
         return StopExecution(release=False)
 
     def _park(self, *, wake_at: datetime | None, reason: str,
-              writes: Callable[[], None] | None = None) -> None:
+              writes: Sequence[journal.JournalWrite] = ()) -> None:
         try:
             transitions.park(self._claim, clock.now(), wake_at=wake_at, reason=reason, writes=writes)
         except FencingError:
@@ -119,6 +126,12 @@ class Context:
         except DatabaseError as exc:
             raise self._commit_failed(exc) from exc
         raise Suspend()
+
+    def _defer(self, write: journal.JournalWrite) -> None:
+        """Fold a write into the run's next commit (made before the next side effect, at the latest when
+        the run parks, finishes or is handed back). Only deterministic workflow code runs in between, so
+        a crash in that window only repeats what at-least-once already allows."""
+        self._claim.deferred.append(write)
 
     def _step(self, seq: int, kind: str, name: str, status: str, *, attempt: int = 1,
               result: bytes | None = None, error: dict | None = None, started: datetime,
@@ -128,34 +141,24 @@ class Context:
             result=result, error=error, started_at=started, finished_at=finished,
         )
 
-    def _save_step(self, step: WorkflowStep, existing: WorkflowStep | None) -> Callable[[], None]:
-        def write() -> None:
-            if existing is None:
-                step.save(force_insert=True)
-            else:
-                WorkflowStep.objects.filter(pk=existing.pk).update(
-                    status=step.status, attempt=step.attempt, result=step.result, error=step.error,
-                    finished_at=step.finished_at,
-                )
-                step.pk = existing.pk
-            self._journal[step.seq] = step
-        return write
+    def _record(self, step: WorkflowStep, existing: WorkflowStep | None) -> journal.JournalWrite:
+        """The write that stores ``step`` (new, or replacing ``existing``); the journal sees it at once."""
+        self._journal[step.seq] = step
+        if existing is None:
+            return journal.InsertStep(step)
+        step.pk = existing.pk
+        return journal.UpdateStep(step)
 
-    def _mark_timer_fired(self, timer: Timer, now: datetime) -> Callable[[], None]:
-        def write() -> None:
-            Timer.objects.filter(pk=timer.pk).update(fired_at=now)
-        return write
-
-    def _recorded_value(self, kind: str, name: str, produce: Callable[[], Any]) -> Any:
+    def _recorded_value(self, kind: str, name: str, produce: Callable[[], Any], *, side_effects: bool) -> Any:
         """Run ``produce`` once per run and journal its value; replays return the recorded value."""
         seq, step = self._next(kind, name)
         if step is not None:
             return decode(step.result)
-        self._before_new_work()
+        self._before_new_work(side_effects=side_effects)
         value = produce()
         data = encode(value, what=f"value of {kind} {name!r}")
         now = clock.now()
-        self._commit(self._save_step(
+        self._defer(self._record(
             self._step(seq, kind, name, StepStatus.COMPLETED, result=data, started=now, finished=now), None,
         ))
         return value
@@ -164,18 +167,18 @@ class Context:
 
     def now(self) -> datetime:
         """The current time, recorded on first execution so replays see the same value."""
-        return self._recorded_value(StepKind.NOW, "now", clock.now)
+        return self._recorded_value(StepKind.NOW, "now", clock.now, side_effects=False)
 
     def uuid4(self) -> uuid.UUID:
-        return self._recorded_value(StepKind.UUID, "uuid4", uuid.uuid4)
+        return self._recorded_value(StepKind.UUID, "uuid4", uuid.uuid4, side_effects=False)
 
     def random(self) -> float:
-        return self._recorded_value(StepKind.RANDOM, "random", _random.random)
+        return self._recorded_value(StepKind.RANDOM, "random", _random.random, side_effects=False)
 
     def side_effect(self, fn: Callable[[], Any]) -> Any:
         """Call ``fn`` once for this run and record its (encodable) return value."""
         name = getattr(fn, "__qualname__", "side_effect")
-        return self._recorded_value(StepKind.SIDE_EFFECT, name, fn)
+        return self._recorded_value(StepKind.SIDE_EFFECT, name, fn, side_effects=True)
 
     # --- timers --------------------------------------------------------------------------------------
 
@@ -201,25 +204,21 @@ class Context:
             if timer is None or timer.fire_at <= now:
                 # The timer fired: the step's completion rides on the run's next commit.
                 step.status, step.finished_at = StepStatus.COMPLETED, now
-                self._claim.deferred.append(self._save_step(step, step))
+                self._defer(self._record(step, step))
                 if timer is not None:
-                    self._claim.deferred.append(self._mark_timer_fired(timer, now))
+                    self._defer(journal.FireTimer(timer.pk, now))
                 return
             self._park(wake_at=timer.fire_at, reason=f"sleeping until {timer.fire_at.isoformat()}")
-        self._before_new_work()
+        self._before_new_work(side_effects=False)
         wake_at = wake_at_from(now)
         new_step = self._step(seq, StepKind.SLEEP, "sleep", StepStatus.WAITING, started=now, finished=None)
         if wake_at <= now:
             new_step.status, new_step.finished_at = StepStatus.COMPLETED, now
-            self._commit(self._save_step(new_step, None))
+            self._defer(self._record(new_step, None))
             return
         timer = Timer(run_id=self.run_id, seq=seq, purpose=TimerPurpose.SLEEP, fire_at=wake_at)
-
-        def writes() -> None:
-            self._save_step(new_step, None)()
-            timer.save(force_insert=True)
-
-        self._park(wake_at=wake_at, reason=f"sleeping until {wake_at.isoformat()}", writes=writes)
+        self._park(wake_at=wake_at, reason=f"sleeping until {wake_at.isoformat()}",
+                   writes=[self._record(new_step, None), journal.InsertTimer(timer)])
 
     # --- activities ----------------------------------------------------------------------------------
 
@@ -245,19 +244,18 @@ class Context:
                            reason=f"retrying {definition.name} (attempt {step.attempt + 1}) at "
                                   f"{timer.fire_at.isoformat()}")
             if timer is not None:
-                self._claim.deferred.append(self._mark_timer_fired(timer, clock.now()))
+                self._defer(journal.FireTimer(timer.pk, clock.now()))
             attempt = step.attempt + 1
             started = step.started_at
-        self._before_new_work()
+        self._before_new_work(side_effects=True)
         try:
             value = self._invoke(definition, attempt, args, kwargs)
             data = encode(value, what=f"result of activity {definition.name!r}")
         except Exception as exc:
             return self._attempt_failed(seq, step, definition, attempt, started, exc)
-        now = clock.now()
-        self._commit(self._save_step(self._step(
+        self._defer(self._record(self._step(
             seq, StepKind.ACTIVITY, definition.name, StepStatus.COMPLETED, attempt=attempt, result=data,
-            started=started, finished=now,
+            started=started, finished=clock.now(),
         ), step))
         return value
 
@@ -296,18 +294,13 @@ class Context:
         if not retryable:
             failed = self._step(seq, StepKind.ACTIVITY, definition.name, StepStatus.FAILED, attempt=attempt,
                                 error=error, started=started, finished=now)
-            self._commit(self._save_step(failed, step))
+            self._defer(self._record(failed, step))
             raise self._activity_error(definition.name, error, attempt) from exc
         wake_at = now + timedelta(seconds=definition.retry.backoff(attempt))
         waiting = self._step(seq, StepKind.ACTIVITY, definition.name, StepStatus.WAITING, attempt=attempt,
                              error=error, started=started, finished=None)
         timer = Timer(run_id=self.run_id, seq=seq, purpose=TimerPurpose.RETRY_BACKOFF, fire_at=wake_at)
-
-        def writes() -> None:
-            self._save_step(waiting, step)()
-            timer.save(force_insert=True)
-
-        self._park(wake_at=wake_at, writes=writes,
+        self._park(wake_at=wake_at, writes=[self._record(waiting, step), journal.InsertTimer(timer)],
                    reason=f"retrying {definition.name} (attempt {attempt + 1}) at {wake_at.isoformat()}")
         raise AssertionError("unreachable")  # _park always raises
 

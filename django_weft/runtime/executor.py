@@ -9,7 +9,7 @@ from datetime import timedelta
 from .. import clock, transitions
 from ..codec import decode, encode
 from ..exceptions import FencingError, WorkflowNotRegistered
-from ..models import Timer, WorkflowStep
+from ..models import StepStatus, Timer, WorkflowStep
 from ..registry import get_workflow
 from .context import Context
 from .errors import StopExecution, Suspend, error_dict
@@ -40,8 +40,15 @@ def execute(claim: transitions.Claim, should_stop: Callable[[], bool] = lambda: 
         return RELEASED
 
     # The whole journal in one query, and the unfired timers in one more: replay costs no per-step reads.
-    journal = {step.seq: step for step in WorkflowStep.objects.filter(run_id=run.pk)}
-    timers = {t.seq: t for t in Timer.objects.filter(run_id=run.pk, fired_at__isnull=True, seq__isnull=False)}
+    # A run claimed for the first time has no journal yet; only waiting steps (sleeps, retry backoffs)
+    # have timers.
+    journal: dict[int, WorkflowStep] = {}
+    timers: dict[int, Timer] = {}
+    if not claim.fresh:
+        journal = {step.seq: step for step in WorkflowStep.objects.filter(run_id=run.pk)}
+        if any(step.status == StepStatus.WAITING for step in journal.values()):
+            timers = {t.seq: t for t in Timer.objects.filter(run_id=run.pk, fired_at__isnull=True,
+                                                             seq__isnull=False)}
     ctx = Context(claim, journal, timers, should_stop)
     try:
         value = definition.fn(ctx, decode(run.input)) if definition.takes_input else definition.fn(ctx)

@@ -92,14 +92,16 @@ class Worker:
         try:
             while not self.stopping:
                 try:
-                    close_old_connections()
                     claims = transitions.claim(owner, clock.now(), weft_settings.CLAIM_BATCH_SIZE)
                 except Exception:
                     logger.exception("claiming runs failed; retrying in %ss", ERROR_BACKOFF_SECONDS)
+                    close_old_connections()
                     self.stop_event.wait(ERROR_BACKOFF_SECONDS)
                     continue
                 if not claims:
                     self.stop_event.wait(self._idle_delay())
+                    # Only an idle thread recycles its connection (CONN_MAX_AGE); a busy one keeps it.
+                    close_old_connections()
                     continue
                 self._leases.hold(claims)
                 claimed_at = time.monotonic()
