@@ -28,7 +28,7 @@ check-migrations: $(VENV)/.installed
 
 bench: $(VENV)/.installed
 	$(MANAGE) migrate --verbosity 0
-	$(MANAGE) weft_bench $(BENCH_ARGS)
+	DJANGO_DEBUG=0 $(MANAGE) weft_bench $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) testproject/demo.sqlite3* testproject/test_weft.sqlite3*

@@ -7,6 +7,9 @@ from urllib.parse import parse_qs, unquote, urlparse
 
 
 def database_from_env(url: str | None, sqlite_path: Path) -> dict:
+    """No URL: SQLite at ``sqlite_path``; ``sqlite:////abs/path.sqlite3``: SQLite there; ``postgres://``."""
+    if url and url.startswith("sqlite:///"):
+        return database_from_env(None, Path(url.removeprefix("sqlite:///")))
     if not url:
         return {
             "ENGINE": "django.db.backends.sqlite3",
@@ -20,7 +23,7 @@ def database_from_env(url: str | None, sqlite_path: Path) -> dict:
         }
     parts = urlparse(url)
     if parts.scheme not in ("postgres", "postgresql"):
-        raise ValueError(f"DATABASE_URL must be postgres://..., got scheme {parts.scheme!r}")
+        raise ValueError(f"DATABASE_URL must be postgres://... or sqlite:///..., got scheme {parts.scheme!r}")
     options = {k: v[-1] for k, v in parse_qs(parts.query).items()}
     return {
         "ENGINE": "django.db.backends.postgresql",
