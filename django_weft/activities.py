@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, TypeVar, overload
 
+from .durations import to_seconds
 from .exceptions import InvalidArgument
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -58,15 +59,6 @@ class ActivityDefinition:
     timeout: float | None
 
 
-def _seconds(value: float | timedelta | None, what: str) -> float | None:
-    if value is None:
-        return None
-    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
-    if seconds <= 0:
-        raise InvalidArgument(f"{what} must be positive, got {value!r}")
-    return seconds
-
-
 @overload
 def activity(fn: F, /) -> F: ...
 @overload
@@ -89,7 +81,7 @@ def activity(
     caps each attempt: the workflow stops waiting and fails the attempt (the function itself cannot be
     interrupted and runs on in the background).
     """
-    timeout_seconds = _seconds(timeout, "activity timeout")
+    timeout_seconds = None if timeout is None else to_seconds(timeout, "activity timeout", allow_zero=False)
 
     def register(func: F) -> F:
         func.__weft_activity__ = ActivityDefinition(  # type: ignore[attr-defined]

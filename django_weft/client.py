@@ -17,6 +17,7 @@ from django.db import IntegrityError, transaction
 
 from . import clock, transitions
 from .codec import decode, encode
+from .durations import to_seconds
 from .exceptions import (
     InvalidArgument,
     WorkflowAlreadyExists,
@@ -117,18 +118,6 @@ def _check_id(value: Any, what: str) -> None:
                               f"got {value!r}")
 
 
-def _as_seconds(value: Any, what: str) -> float:
-    if isinstance(value, timedelta):
-        seconds = value.total_seconds()
-    elif isinstance(value, int | float) and not isinstance(value, bool):
-        seconds = float(value)
-    else:
-        raise InvalidArgument(f"{what} must be a timedelta or seconds, got {value!r}")
-    if seconds < 0 or (what == "execution_timeout" and seconds == 0):
-        raise InvalidArgument(f"{what} must be positive, got {value!r}")
-    return seconds
-
-
 def _check_json(value: Any, what: str) -> None:
     try:
         json.dumps(value)
@@ -179,8 +168,9 @@ def start(
         if not isinstance(search_attributes, dict) or not all(isinstance(k, str) for k in search_attributes):
             raise InvalidArgument("search_attributes must be a dict with string keys")
         _check_json(search_attributes, "search_attributes")
-    timeout_seconds = None if execution_timeout is None else _as_seconds(execution_timeout, "execution_timeout")
-    delay_seconds = None if start_after is None else _as_seconds(start_after, "start_after")
+    timeout_seconds = (None if execution_timeout is None
+                       else to_seconds(execution_timeout, "execution_timeout", allow_zero=False))
+    delay_seconds = None if start_after is None else to_seconds(start_after, "start_after", allow_zero=True)
     encoded_input = encode(input, what=f"input of workflow {definition.name!r}")
 
     now = clock.now()

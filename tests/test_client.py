@@ -32,7 +32,7 @@ BAD_STARTS = [
     (("test.steps", None), {"workflow_id": "x" * 256}, weft.InvalidArgument, "at most 255"),
     (("test.steps", None), {"on_terminal_conflict": "replace"}, weft.InvalidArgument, "on_terminal_conflict"),
     (("test.steps", None), {"on_terminal_conflict": "start_new"}, weft.InvalidArgument, "explicit workflow_id"),
-    (("test.steps", None), {"start_after": -1}, weft.InvalidArgument, "start_after must be positive"),
+    (("test.steps", None), {"start_after": -1}, weft.InvalidArgument, "start_after must be >= 0"),
     (("test.steps", None), {"start_after": "soon"}, weft.InvalidArgument, "timedelta or seconds"),
     (("test.steps", None), {"start_at": "2030-01-01"}, weft.InvalidArgument, "aware datetime"),
     (("test.steps", None), {"execution_timeout": 0}, weft.InvalidArgument, "execution_timeout must be positive"),

@@ -113,3 +113,14 @@ def test_replay_of_recorded_steps_costs_no_query_per_step(weft_env):
     step_reads = [q for q in captured.captured_queries
                   if q["sql"].lstrip().upper().startswith("SELECT") and "workflowstep" in q["sql"]]
     assert len(step_reads) == 1, step_reads
+
+
+def test_sleep_rejects_a_negative_duration(weft_env):
+    @weft.workflow(name="test.negative_sleep")
+    def negative(ctx):
+        ctx.sleep(-1)
+
+    handle = weft.start("test.negative_sleep")
+    weft_env.drive()
+    with pytest.raises(weft.WorkflowFailed, match=r"ctx\.sleep duration must be >= 0"):
+        handle.result()

@@ -2,8 +2,9 @@
 
 Each durable operation takes the next position (``seq``) in the run's journal. If the journal has an
 entry there, the operation returns what was recorded (after checking that the code still asks for the
-same kind and name); the first operation without an entry does the work and commits its entry, and an
-operation that must wait commits the run as parked and raises :class:`Suspend`.
+same kind and name); the first operation without an entry does the work and records its entry (committed
+with the run's next write, and always before the next side effect), and an operation that must wait
+commits the run as parked and raises :class:`Suspend`.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from django.db import DatabaseError, connections
 from .. import clock, journal, transitions
 from ..activities import ActivityDefinition, definition_of
 from ..codec import decode, encode
+from ..durations import to_seconds
 from ..exceptions import (
     ActivityError,
     ActivityTimeout,
@@ -35,26 +37,18 @@ from .errors import StopExecution, Suspend, error_dict
 logger = logging.getLogger("django_weft.executor")
 
 
-def _seconds(duration: float | int | timedelta) -> float:
-    if isinstance(duration, timedelta):
-        return duration.total_seconds()
-    if isinstance(duration, bool) or not isinstance(duration, int | float):
-        raise InvalidArgument(f"a duration must be seconds or a timedelta, got {duration!r}")
-    return float(duration)
-
-
 class Context:
     """What a workflow function receives as ``ctx``."""
 
     def __init__(
         self,
         claim: transitions.Claim,
-        journal: dict[int, WorkflowStep],
+        steps: dict[int, WorkflowStep],
         timers: dict[int, Timer],
         should_stop: Callable[[], bool] = lambda: False,
     ) -> None:
         self._claim = claim
-        self._journal = journal
+        self._journal = steps
         self._timers = timers
         self._should_stop = should_stop
         self._seq = 0
@@ -184,9 +178,7 @@ class Context:
 
     def sleep(self, duration: float | int | timedelta) -> None:
         """Wait durably: the run parks and a timer wakes it, across restarts and deploys."""
-        seconds = _seconds(duration)
-        if seconds < 0:
-            raise InvalidArgument(f"ctx.sleep needs a duration >= 0, got {duration!r}")
+        seconds = to_seconds(duration, "ctx.sleep duration", allow_zero=True)
         self._sleep(lambda now: now + timedelta(seconds=seconds))
 
     def sleep_until(self, moment: datetime) -> None:
