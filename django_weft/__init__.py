@@ -8,18 +8,31 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .activities import RetryPolicy, activity
+from .activities import (
+    ActivityInfo,
+    RetryPolicy,
+    activity,
+    activity_info,
+    complete_async,
+    complete_async_activity,
+    fail_async_activity,
+)
 from .exceptions import (
     ActivityError,
     ActivityTimeout,
+    ChildWorkflowFailed,
     ConfigurationError,
     FencingError,
     InvalidArgument,
+    InvalidTaskToken,
     NonDeterminismError,
     PayloadError,
     PayloadNotSerializable,
     PayloadTooLarge,
+    StartOrSignalConflict,
+    TaskTokenAlreadyUsed,
     TransitionNotAllowed,
+    WaitTimeout,
     WeftError,
     WorkflowAlreadyExists,
     WorkflowAlreadyRegistered,
@@ -33,9 +46,17 @@ from .exceptions import (
 from .registry import workflow
 
 if TYPE_CHECKING:
-    from .client import WorkflowHandle, cancel, get_handle, start
+    from .client import (
+        StartOrSignalResult,
+        WorkflowHandle,
+        cancel,
+        get_handle,
+        signal,
+        start,
+        start_or_signal,
+    )
     from .maintenance import MaintenanceReport, run_maintenance
-    from .runtime.context import Context
+    from .runtime.context import ChildHandle, Context
 
 __version__ = "0.1.0"
 
@@ -45,6 +66,10 @@ _LAZY = {
     "get_handle": "client",
     "cancel": "client",
     "WorkflowHandle": "client",
+    "signal": "client",
+    "start_or_signal": "client",
+    "StartOrSignalResult": "client",
+    "ChildHandle": "runtime.context",
     "run_maintenance": "maintenance",
     "MaintenanceReport": "maintenance",
     "Context": "runtime.context",
@@ -62,18 +87,26 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "ActivityError",
+    "ActivityInfo",
     "ActivityTimeout",
+    "ChildHandle",
+    "ChildWorkflowFailed",
     "ConfigurationError",
     "Context",
     "FencingError",
     "InvalidArgument",
+    "InvalidTaskToken",
     "MaintenanceReport",
     "NonDeterminismError",
     "PayloadError",
     "PayloadNotSerializable",
     "PayloadTooLarge",
     "RetryPolicy",
+    "StartOrSignalConflict",
+    "StartOrSignalResult",
+    "TaskTokenAlreadyUsed",
     "TransitionNotAllowed",
+    "WaitTimeout",
     "WeftError",
     "WorkflowAlreadyExists",
     "WorkflowAlreadyRegistered",
@@ -85,9 +118,15 @@ __all__ = [
     "WorkflowNotRegistered",
     "WorkflowTimedOut",
     "activity",
+    "activity_info",
     "cancel",
+    "complete_async",
+    "complete_async_activity",
+    "fail_async_activity",
     "get_handle",
     "run_maintenance",
+    "signal",
     "start",
+    "start_or_signal",
     "workflow",
 ]

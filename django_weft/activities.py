@@ -1,14 +1,21 @@
-"""Activities: the plain functions that hold a workflow's side effects, and their retry policy."""
+"""Activities: the plain functions that hold a workflow's side effects, their retry policy, and async
+activities that an outside system completes with a signed task token."""
 
 from __future__ import annotations
 
+import contextvars
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, TypeVar, overload
+from functools import cached_property
+from typing import Any, NoReturn, TypeVar, overload
 
+from django.core import signing
+
+from .conf import weft_settings
 from .durations import to_seconds
-from .exceptions import InvalidArgument
+from .exceptions import InvalidArgument, InvalidTaskToken, WeftError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -57,13 +64,15 @@ class ActivityDefinition:
     fn: Callable[..., Any]
     retry: RetryPolicy
     timeout: float | None
+    schedule_to_close_timeout: float | None = None
 
 
 @overload
 def activity(fn: F, /) -> F: ...
 @overload
 def activity(
-    *, name: str | None = None, retry: RetryPolicy | None = None, timeout: float | timedelta | None = None
+    *, name: str | None = None, retry: RetryPolicy | None = None, timeout: float | timedelta | None = None,
+    schedule_to_close_timeout: float | timedelta | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -74,14 +83,18 @@ def activity(
     name: str | None = None,
     retry: RetryPolicy | None = None,
     timeout: float | timedelta | None = None,
+    schedule_to_close_timeout: float | timedelta | None = None,
 ) -> Any:
     """Mark a function as an activity: ``@weft.activity`` or ``@weft.activity(retry=..., timeout=30)``.
 
     The function stays callable as before; ``ctx.run(fn, ...)`` runs it as a journaled step. ``timeout``
     caps each attempt: the workflow stops waiting and fails the attempt (the function itself cannot be
-    interrupted and runs on in the background).
+    interrupted and runs on in the background). ``schedule_to_close_timeout`` caps the whole activity,
+    retries and backoffs included, and an async activity's wait for its completion (a durable timer).
     """
     timeout_seconds = None if timeout is None else to_seconds(timeout, "activity timeout", allow_zero=False)
+    close_seconds = (None if schedule_to_close_timeout is None
+                     else to_seconds(schedule_to_close_timeout, "schedule_to_close_timeout", allow_zero=False))
 
     def register(func: F) -> F:
         func.__weft_activity__ = ActivityDefinition(  # type: ignore[attr-defined]
@@ -89,6 +102,7 @@ def activity(
             fn=func,
             retry=retry or DEFAULT_RETRY_POLICY,
             timeout=timeout_seconds,
+            schedule_to_close_timeout=close_seconds,
         )
         return func
 
@@ -110,3 +124,112 @@ def definition_of(fn: Callable[..., Any]) -> ActivityDefinition:
         retry=DEFAULT_RETRY_POLICY,
         timeout=None,
     )
+
+
+# --- inside an activity ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ActivityInfo:
+    """Where the running activity attempt sits: ``weft.activity_info()`` inside an activity."""
+
+    workflow_id: str
+    run_id: uuid.UUID
+    seq: int
+    attempt: int
+    activity: str
+
+    @cached_property
+    def task_token(self) -> str:
+        """The signed token that completes this attempt once it called ``weft.complete_async()``.
+
+        Deterministic for (run, step, attempt), so an attempt re-run after a crash hands out the same
+        token; it is single-use and names nothing else.
+        """
+        return make_task_token(self.run_id, self.seq, self.attempt)
+
+
+# Set by the executor around each activity attempt.
+current_activity: contextvars.ContextVar[ActivityInfo | None] = contextvars.ContextVar(
+    "weft_activity", default=None
+)
+
+
+def activity_info() -> ActivityInfo:
+    """The running activity attempt's identity and task token. Only valid inside an activity."""
+    info = current_activity.get()
+    if info is None:
+        raise WeftError("weft.activity_info() is only available inside an activity run by ctx.run")
+    return info
+
+
+class CompleteAsync(BaseException):
+    """Raised by complete_async(); a BaseException so the activity's own ``except Exception`` lets it by."""
+
+
+def complete_async() -> NoReturn:
+    """End the activity body without a result: the workflow waits until an outside system calls
+    ``weft.complete_async_activity(token, result)`` or ``weft.fail_async_activity(token, error)``."""
+    if current_activity.get() is None:
+        raise WeftError("weft.complete_async() is only available inside an activity run by ctx.run")
+    raise CompleteAsync()
+
+
+# --- task tokens -------------------------------------------------------------------------------------
+
+
+def _signer() -> signing.Signer:
+    return signing.Signer(salt=weft_settings.TOKEN_SALT)
+
+
+def make_task_token(run_id: uuid.UUID, seq: int, attempt: int) -> str:
+    return _signer().sign_object({"r": str(run_id), "s": seq, "a": attempt}, compress=False)
+
+
+def read_task_token(token: Any) -> tuple[uuid.UUID, int, int]:
+    """(run_id, seq, attempt) of a genuine token; InvalidTaskToken for anything forged or malformed."""
+    if not isinstance(token, str) or not token or len(token) > 512:
+        raise InvalidTaskToken("a task token must be the non-empty string activity_info().task_token gave")
+    try:
+        data = _signer().unsign_object(token)
+        return uuid.UUID(data["r"]), int(data["s"]), int(data["a"])
+    except (signing.BadSignature, ValueError, KeyError, TypeError):
+        raise InvalidTaskToken("the task token is not genuine (bad signature or malformed)") from None
+
+
+def complete_async_activity(token: str, result: Any = None) -> None:
+    """Complete a pending async activity attempt with ``result``; the workflow continues with it.
+
+    Raises InvalidTaskToken for a forged or unknown token, TaskTokenAlreadyUsed if the attempt was
+    already resolved (or its run finished), PayloadTooLarge / PayloadNotSerializable for a bad result,
+    in which case the token is not used up.
+    """
+    from . import clock, transitions
+    from .codec import encode
+    from .models import AsyncStatus
+
+    run_id, seq, attempt = read_task_token(token)
+    data = encode(result, what="async activity result")
+    transitions.resolve_async(run_id, seq, attempt, clock.now(), status=AsyncStatus.COMPLETED, result=data)
+
+
+def fail_async_activity(token: str, error: BaseException | str | dict) -> None:
+    """Fail a pending async activity attempt; the activity's retry policy decides what happens next.
+
+    ``error`` is an exception, a message, or ``{"message": ..., "type": ...}``.
+    """
+    from . import clock, transitions
+    from .models import AsyncStatus
+    from .runtime.errors import error_dict
+
+    run_id, seq, attempt = read_task_token(token)
+    if isinstance(error, BaseException):
+        details = error_dict(error)
+    elif isinstance(error, str) and error:
+        details = {"type": "AsyncActivityFailed", "message": error}
+    elif isinstance(error, dict) and isinstance(error.get("message"), str):
+        details = {"type": str(error.get("type") or "AsyncActivityFailed"), "message": error["message"]}
+    else:
+        raise InvalidArgument('error must be an exception, a non-empty message, or {"message": ..., "type": ...}')
+    details["attempt"] = attempt
+    transitions.resolve_async(run_id, seq, attempt, clock.now(), status=AsyncStatus.FAILED, error=details)

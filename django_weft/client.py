@@ -11,7 +11,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal, NamedTuple
 
 from django.db import IntegrityError, transaction
 
@@ -20,14 +20,16 @@ from .codec import decode, encode
 from .durations import to_seconds
 from .exceptions import (
     InvalidArgument,
+    StartOrSignalConflict,
     WorkflowAlreadyExists,
     WorkflowCancelled,
+    WorkflowClosed,
     WorkflowFailed,
     WorkflowNotFound,
     WorkflowTimedOut,
 )
 from .models import RunStatus, Workflow
-from .registry import get_workflow
+from .registry import WorkflowDefinition, get_workflow
 
 TERMINAL_CONFLICT_CHOICES = ("error", "start_new")
 MAX_ID_LENGTH = 255
@@ -88,6 +90,17 @@ class WorkflowHandle:
             time.sleep(delay if deadline is None else max(0.0, min(delay, deadline - time.monotonic())))
             delay = min(delay * 2, 1.0)
 
+    def signal(self, name: str, payload: Any = None, *, signal_id: str | None = None) -> bool:
+        """Send a signal to this run; see :func:`signal`."""
+        data = _check_signal(name, payload, signal_id)
+        with transaction.atomic():
+            run = Workflow.objects.select_for_update().filter(pk=self.run_id).first()
+            if run is None:
+                raise WorkflowNotFound(f"run {self.run_id} of workflow {self.workflow_id!r} does not exist")
+            if run.is_finished:
+                raise _closed(run, name)
+            return transitions.deliver_signal(run, name, data, signal_id, clock.now())
+
     def cancel(self, reason: str = "") -> bool:
         """Cancel this run. Returns False if it had already finished."""
         return transitions.cancel(self.run_id, clock.now(), reason)
@@ -125,6 +138,71 @@ def _check_json(value: Any, what: str) -> None:
         raise InvalidArgument(f"{what} must be JSON-serialisable: {exc}") from None
 
 
+def prepare_run(
+    definition: WorkflowDefinition,
+    input: Any = None,
+    *,
+    workflow_id: str | None = None,
+    idempotency_key: str | None = None,
+    start_at: datetime | None = None,
+    start_after: float | timedelta | None = None,
+    execution_timeout: float | timedelta | None = None,
+    tags: Iterable[str] = (),
+    search_attributes: dict[str, Any] | None = None,
+) -> Workflow:
+    """Validate start options and build the (unsaved) run; raises before anything is written."""
+    if workflow_id is not None and idempotency_key is not None:
+        raise InvalidArgument("pass workflow_id or idempotency_key, not both: an idempotent start picks its own id")
+    if workflow_id is not None:
+        _check_id(workflow_id, "workflow_id")
+    if idempotency_key is not None:
+        _check_id(idempotency_key, "idempotency_key")
+    if start_at is not None and start_after is not None:
+        raise InvalidArgument("pass start_at or start_after, not both")
+    if start_at is not None and (not isinstance(start_at, datetime) or start_at.tzinfo is None):
+        raise InvalidArgument(f"start_at must be an aware datetime, got {start_at!r}")
+    tag_list = list(tags) if not isinstance(tags, str) else None  # a bare string is a mistake, not tags
+    if tag_list is None or not all(isinstance(t, str) and t for t in tag_list):
+        raise InvalidArgument("tags must be an iterable of non-empty strings")
+    if search_attributes is not None:
+        if not isinstance(search_attributes, dict) or not all(isinstance(k, str) for k in search_attributes):
+            raise InvalidArgument("search_attributes must be a dict with string keys")
+        _check_json(search_attributes, "search_attributes")
+    timeout_seconds = (None if execution_timeout is None
+                       else to_seconds(execution_timeout, "execution_timeout", allow_zero=False))
+    delay_seconds = None if start_after is None else to_seconds(start_after, "start_after", allow_zero=True)
+    encoded_input = encode(input, what=f"input of workflow {definition.name!r}")
+
+    now = clock.now()
+    begins = start_at or (now + timedelta(seconds=delay_seconds) if delay_seconds else now)
+    run = Workflow(
+        run_id=uuid.uuid4(),
+        workflow_type=definition.name,
+        input=encoded_input,
+        idempotency_key=idempotency_key,
+        tags=tag_list,
+        search_attributes=search_attributes or {},
+        runnable_at=begins,
+        execution_deadline=None if timeout_seconds is None else begins + timedelta(seconds=timeout_seconds),
+        created_at=now,
+        updated_at=now,
+    )
+    run.workflow_id = workflow_id or str(run.run_id)
+    return run
+
+
+def _delayed_until(run: Workflow) -> datetime | None:
+    return run.runnable_at if run.runnable_at > run.created_at else None
+
+
+def _check_terminal_conflict(on_terminal_conflict: str, workflow_id: str | None) -> None:
+    if on_terminal_conflict not in TERMINAL_CONFLICT_CHOICES:
+        raise InvalidArgument(f"on_terminal_conflict must be one of {TERMINAL_CONFLICT_CHOICES}, "
+                              f"got {on_terminal_conflict!r}")
+    if on_terminal_conflict == "start_new" and workflow_id is None:
+        raise InvalidArgument('on_terminal_conflict="start_new" needs an explicit workflow_id')
+
+
 def start(
     workflow: str | Callable[..., Any],
     input: Any = None,
@@ -146,52 +224,12 @@ def start(
     with the same key returns the same run. All checks happen before anything is written.
     """
     definition = get_workflow(workflow)
-    if workflow_id is not None and idempotency_key is not None:
-        raise InvalidArgument("pass workflow_id or idempotency_key, not both: an idempotent start picks its own id")
-    if workflow_id is not None:
-        _check_id(workflow_id, "workflow_id")
+    _check_terminal_conflict(on_terminal_conflict, workflow_id)
+    run = prepare_run(definition, input, workflow_id=workflow_id, idempotency_key=idempotency_key,
+                      start_at=start_at, start_after=start_after, execution_timeout=execution_timeout,
+                      tags=tags, search_attributes=search_attributes)
     if idempotency_key is not None:
-        _check_id(idempotency_key, "idempotency_key")
-    if on_terminal_conflict not in TERMINAL_CONFLICT_CHOICES:
-        raise InvalidArgument(f"on_terminal_conflict must be one of {TERMINAL_CONFLICT_CHOICES}, "
-                              f"got {on_terminal_conflict!r}")
-    if on_terminal_conflict == "start_new" and workflow_id is None:
-        raise InvalidArgument('on_terminal_conflict="start_new" needs an explicit workflow_id')
-    if start_at is not None and start_after is not None:
-        raise InvalidArgument("pass start_at or start_after, not both")
-    if start_at is not None and (not isinstance(start_at, datetime) or start_at.tzinfo is None):
-        raise InvalidArgument(f"start_at must be an aware datetime, got {start_at!r}")
-    tags = list(tags) if not isinstance(tags, str) else None  # a bare string is a mistake, not a tag list
-    if tags is None or not all(isinstance(t, str) and t for t in tags):
-        raise InvalidArgument("tags must be an iterable of non-empty strings")
-    if search_attributes is not None:
-        if not isinstance(search_attributes, dict) or not all(isinstance(k, str) for k in search_attributes):
-            raise InvalidArgument("search_attributes must be a dict with string keys")
-        _check_json(search_attributes, "search_attributes")
-    timeout_seconds = (None if execution_timeout is None
-                       else to_seconds(execution_timeout, "execution_timeout", allow_zero=False))
-    delay_seconds = None if start_after is None else to_seconds(start_after, "start_after", allow_zero=True)
-    encoded_input = encode(input, what=f"input of workflow {definition.name!r}")
-
-    now = clock.now()
-    begins = start_at or (now + timedelta(seconds=delay_seconds) if delay_seconds else now)
-    run = Workflow(
-        run_id=uuid.uuid4(),
-        workflow_type=definition.name,
-        input=encoded_input,
-        idempotency_key=idempotency_key,
-        tags=tags,
-        search_attributes=search_attributes or {},
-        runnable_at=begins,
-        execution_deadline=None if timeout_seconds is None else begins + timedelta(seconds=timeout_seconds),
-        created_at=now,
-        updated_at=now,
-    )
-    run.workflow_id = workflow_id or str(run.run_id)
-    delayed_until = begins if begins > now else None
-
-    if idempotency_key is not None:
-        return _start_idempotent(run, delayed_until)
+        return _start_idempotent(run)
     # A savepoint keeps a caller's transaction usable after a lost race; on its own, start() needs none.
     in_callers_transaction = transaction.get_connection().in_atomic_block
     with transaction.atomic():
@@ -211,7 +249,7 @@ def start(
                 run.restarted_from = previous
         try:
             with transaction.atomic(savepoint=in_callers_transaction):
-                transitions.insert_run(run, delayed_until=delayed_until)
+                transitions.insert_run(run, delayed_until=_delayed_until(run))
         except IntegrityError:
             raise WorkflowAlreadyExists(
                 f"workflow id {workflow_id!r} was started concurrently by another caller"
@@ -219,7 +257,7 @@ def start(
     return WorkflowHandle(run.workflow_id, run.run_id)
 
 
-def _start_idempotent(run: Workflow, delayed_until: datetime | None) -> WorkflowHandle:
+def _start_idempotent(run: Workflow) -> WorkflowHandle:
     key = run.idempotency_key
     by_key = Workflow.objects.filter(idempotency_key=key).only("workflow_id", "run_id", "workflow_type")
     with transaction.atomic():
@@ -227,7 +265,7 @@ def _start_idempotent(run: Workflow, delayed_until: datetime | None) -> Workflow
         if existing is None:
             try:
                 with transaction.atomic():
-                    transitions.insert_run(run, delayed_until=delayed_until)
+                    transitions.insert_run(run, delayed_until=_delayed_until(run))
                 return WorkflowHandle(run.workflow_id, run.run_id)
             except IntegrityError:
                 # Another caller inserted the same key first; the unique index made us wait for its
@@ -241,6 +279,134 @@ def _start_idempotent(run: Workflow, delayed_until: datetime | None) -> Workflow
                 f"{run.workflow_type!r}"
             )
         return WorkflowHandle(existing.workflow_id, existing.run_id)
+
+
+# --- signals -----------------------------------------------------------------------------------------
+
+MAX_SIGNAL_ID_BYTES = 128
+START_SIGNAL_PREFIX = "start-idem:"
+
+
+def _check_signal(name: Any, payload: Any, signal_id: Any) -> bytes:
+    if not isinstance(name, str) or not name or len(name) > 255:
+        raise InvalidArgument(f"a signal name must be a non-empty string of at most 255 characters, got {name!r}")
+    if signal_id is not None:
+        # Opaque: never trimmed, case-folded or normalised.
+        if not isinstance(signal_id, str) or not signal_id:
+            raise InvalidArgument(f"signal_id must be a non-empty string, got {signal_id!r}")
+        if len(signal_id.encode("utf-8")) > MAX_SIGNAL_ID_BYTES:
+            raise InvalidArgument(f"signal_id must be at most {MAX_SIGNAL_ID_BYTES} UTF-8 bytes, got "
+                                  f"{len(signal_id.encode('utf-8'))}")
+    return encode(payload, what=f"payload of signal {name!r}")
+
+
+def _closed(run: Workflow, name: str) -> WorkflowClosed:
+    return WorkflowClosed(
+        f"workflow {run.workflow_id!r} is {run.status} (run {run.run_id}); it cannot receive signal {name!r}"
+    )
+
+
+def _lock_open_run(workflow_id: str) -> Workflow | None:
+    return Workflow.objects.open().select_for_update().filter(workflow_id=workflow_id).first()
+
+
+def signal(workflow_id: str, name: str, payload: Any = None, *, signal_id: str | None = None) -> bool:
+    """Send signal ``name`` to the open run of ``workflow_id``; durable when this returns (or, inside a
+    transaction, when it commits).
+
+    Signals wait until the workflow consumes them, in arrival order. With ``signal_id``, a repeat of the
+    same (run, name, signal_id) is accepted but stored once, for the life of the run: returns False for
+    such a duplicate. Raises WorkflowNotFound for an unknown id, WorkflowClosed if its run finished.
+    """
+    _check_id(workflow_id, "workflow_id")
+    data = _check_signal(name, payload, signal_id)
+    with transaction.atomic():
+        run = _lock_open_run(workflow_id)
+        if run is None:
+            latest = Workflow.objects.latest_for(workflow_id).first()
+            if latest is None:
+                raise WorkflowNotFound(f"no workflow with id {workflow_id!r}; nothing to signal")
+            raise _closed(latest, name)
+        return transitions.deliver_signal(run, name, data, signal_id, clock.now())
+
+
+class StartOrSignalResult(NamedTuple):
+    handle: WorkflowHandle
+    outcome: Literal["started", "signalled"]
+
+
+START_OPTIONS = frozenset({"start_at", "start_after", "execution_timeout", "tags", "search_attributes"})
+RACE_RETRIES = 5
+
+
+def start_or_signal(
+    workflow: str | Callable[..., Any],
+    input: Any = None,
+    *,
+    signal: str,
+    payload: Any = None,
+    signal_id: str | None = None,
+    workflow_id: str | None = None,
+    idempotency_key: str | None = None,
+    on_terminal_conflict: str = "error",
+    **start_options: Any,
+) -> StartOrSignalResult:
+    """Signal the open run of the workflow, or start one whose first signal this is (signal-with-start).
+
+    The new run and its first signal commit together, and the first signal is consumed before any
+    later one. Pass exactly one of ``signal_id`` (with ``workflow_id``, concurrent callers converge on
+    one run and one signal) or ``idempotency_key`` (it names the run; the signal id is derived from it).
+    A finished target raises StartOrSignalConflict, unless ``on_terminal_conflict="start_new"`` with an
+    explicit ``workflow_id`` and ``signal_id`` starts a new run that records ``restarted_from``.
+    """
+    definition = get_workflow(workflow)
+    unknown = set(start_options) - START_OPTIONS
+    if unknown:
+        raise InvalidArgument(f"start_or_signal got unknown option(s) {sorted(unknown)}; start options are "
+                              f"{sorted(START_OPTIONS)}")
+    if (signal_id is None) == (idempotency_key is None):
+        raise InvalidArgument("start_or_signal needs exactly one of signal_id and idempotency_key")
+    _check_terminal_conflict(on_terminal_conflict, workflow_id)
+    if on_terminal_conflict == "start_new" and signal_id is None:
+        raise InvalidArgument('on_terminal_conflict="start_new" needs a signal_id')
+    if idempotency_key is not None:
+        _check_id(idempotency_key, "idempotency_key")
+        signal_id = START_SIGNAL_PREFIX + idempotency_key
+    data = _check_signal(signal, payload, signal_id)
+    run = prepare_run(definition, input, workflow_id=workflow_id, idempotency_key=idempotency_key,
+                      **start_options)
+
+    for _ in range(RACE_RETRIES):
+        with transaction.atomic():
+            if idempotency_key is not None:
+                target = Workflow.objects.select_for_update().filter(idempotency_key=idempotency_key).first()
+            elif workflow_id is not None:
+                target = _lock_open_run(workflow_id) or Workflow.objects.latest_for(workflow_id).first()
+            else:
+                target = None
+            if target is not None and not target.is_finished:
+                transitions.deliver_signal(target, signal, data, signal_id, clock.now())
+                return StartOrSignalResult(WorkflowHandle(target.workflow_id, target.run_id), "signalled")
+            if target is not None:
+                if idempotency_key is not None or on_terminal_conflict == "error":
+                    raise StartOrSignalConflict(
+                        f"workflow {target.workflow_id!r} already finished ({target.status}, run "
+                        f"{target.run_id}); pass on_terminal_conflict=\"start_new\" with a workflow_id and "
+                        "signal_id to start a new run"
+                    )
+                run.restarted_from = target
+            try:
+                # The run and its first signal commit together; a concurrent winner makes the insert
+                # fail (after waiting for its commit), and the next round signals the winner's run.
+                with transaction.atomic():
+                    transitions.insert_run(run, delayed_until=_delayed_until(run))
+                    transitions.deliver_signal(run, signal, data, signal_id, clock.now())
+                return StartOrSignalResult(WorkflowHandle(run.workflow_id, run.run_id), "started")
+            except IntegrityError:
+                run.restarted_from = None
+    raise StartOrSignalConflict(
+        f"start_or_signal lost {RACE_RETRIES} races for {workflow_id or idempotency_key!r}; try again"
+    )
 
 
 def get_handle(workflow_id: str, run_id: uuid.UUID | str | None = None) -> WorkflowHandle:

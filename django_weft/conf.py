@@ -28,6 +28,10 @@ DEFAULTS: dict[str, Any] = {
         "failed": timedelta(days=30),
         "timed_out": timedelta(days=30),
     },
+    # Salt of the signed task tokens of async activities (Django's signing, keyed by SECRET_KEY).
+    "TOKEN_SALT": "django_weft.task_token",
+    # Largest request body the completion endpoints (django_weft.urls) accept, in bytes.
+    "MAX_REQUEST_BYTES": 2 * 1024 * 1024,
     # Module searched in every installed app for workflows and activities.
     "AUTODISCOVER_MODULE": "workflows",
 }

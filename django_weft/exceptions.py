@@ -98,3 +98,31 @@ class WorkflowCancelled(WorkflowResultError):
 
 class WorkflowTimedOut(WorkflowResultError):
     """The run exceeded its execution timeout."""
+
+
+class WaitTimeout(WeftError, TimeoutError):
+    """``ctx.wait_for_signal`` timed out before a matching signal arrived."""
+
+
+class StartOrSignalConflict(WeftError):
+    """``start_or_signal`` found a finished run and was not allowed to start a new one."""
+
+
+class InvalidTaskToken(WeftError):
+    """The task token is forged, malformed, or names no async activity."""
+
+
+class TaskTokenAlreadyUsed(InvalidTaskToken):
+    """The task token's activity attempt is already resolved (completed, failed, timed out or cancelled)."""
+
+
+class ChildWorkflowFailed(WeftError):
+    """A child workflow did not complete; raised in the parent (catch it to carry on)."""
+
+    def __init__(self, message: str, *, workflow_id: str, run_id: object, status: str,
+                 error: dict | None = None) -> None:
+        super().__init__(message)
+        self.workflow_id = workflow_id
+        self.run_id = run_id
+        self.status = status
+        self.error = error or {}

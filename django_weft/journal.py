@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import connections, router
+from django.db import connections, router, transaction
 
-from .models import Timer, Workflow, WorkflowStep
+from .models import AsyncActivity, Signal, Timer, Workflow, WorkflowStep
 
 
 @dataclass
@@ -37,7 +37,33 @@ class FireTimer:
     at: datetime
 
 
-JournalWrite = InsertStep | UpdateStep | InsertTimer | FireTimer
+@dataclass
+class ConsumeSignal:
+    signal_pk: int
+    at: datetime
+    seq: int
+
+
+@dataclass
+class InsertChild:
+    run: Workflow
+
+
+@dataclass
+class InsertAsync:
+    record: AsyncActivity
+
+
+@dataclass
+class ResolveAsync:
+    record_pk: int
+    status: str
+    at: datetime
+    error: dict | None = None
+
+
+JournalWrite = (InsertStep | UpdateStep | InsertTimer | FireTimer | ConsumeSignal | InsertChild | InsertAsync
+                | ResolveAsync)
 
 
 def apply(writes: Iterable[JournalWrite]) -> None:
@@ -52,8 +78,33 @@ def apply(writes: Iterable[JournalWrite]) -> None:
             )
         elif isinstance(write, InsertTimer):
             write.timer.save(force_insert=True)
-        else:
+        elif isinstance(write, FireTimer):
             Timer.objects.filter(pk=write.timer_id).update(fired_at=write.at)
+        elif isinstance(write, ConsumeSignal):
+            Signal.objects.filter(pk=write.signal_pk).update(consumed_at=write.at, consumed_by_seq=write.seq)
+        elif isinstance(write, InsertChild):
+            from .transitions import insert_run
+
+            insert_run(write.run, delayed_until=None)
+        elif isinstance(write, InsertAsync):
+            write.record.save(force_insert=True)
+            _announce_async(write.record)
+        else:
+            AsyncActivity.objects.filter(pk=write.record_pk).update(
+                status=write.status, resolved_at=write.at, error=write.error
+            )
+
+
+def _announce_async(record: AsyncActivity) -> None:
+    from . import signals
+
+    def send() -> None:
+        signals.async_activity_pending.send_robust(
+            sender=Workflow, run=record.run, activity=record.activity, seq=record.seq, attempt=record.attempt,
+            task_token=record.token,
+        )
+
+    transaction.on_commit(send)
 
 
 _STEP_COLUMNS = ("seq", "kind", "name", "status", "result", "error", "attempt", "started_at", "finished_at")
@@ -73,6 +124,8 @@ def write_in_one_statement(run_id: Any, fence: int, status: str, fields: dict[st
     if connection.vendor != "postgresql" or connection.in_atomic_block:
         return None
     if not all(isinstance(w, InsertStep) for w in writes):
+        return None
+    if any(hasattr(value, "resolve_expression") for value in fields.values()):
         return None
     run_meta, step_meta = Workflow._meta, WorkflowStep._meta
     assignments = ", ".join(f'"{run_meta.get_field(name).column}" = %s' for name in fields)

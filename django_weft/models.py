@@ -37,6 +37,9 @@ class StepKind(models.TextChoices):
     NOW = "now", _("Clock reading")
     UUID = "uuid", _("UUID")
     RANDOM = "random", _("Random number")
+    SIGNAL = "signal", _("Signal wait")
+    CHILD = "child", _("Child start")
+    CHILD_RESULT = "child_result", _("Child result")
 
 
 class StepStatus(models.TextChoices):
@@ -50,6 +53,14 @@ class TimerPurpose(models.TextChoices):
     SLEEP = "sleep", _("Sleep")
     RETRY_BACKOFF = "retry_backoff", _("Retry backoff")
     DELAYED_START = "delayed_start", _("Delayed start")
+    WAIT_TIMEOUT = "wait_timeout", _("Signal wait timeout")
+    ACTIVITY_TIMEOUT = "activity_timeout", _("Activity schedule-to-close timeout")
+
+
+class ParentClosePolicy(models.TextChoices):
+    TERMINATE = "terminate", _("Terminate")
+    REQUEST_CANCEL = "request_cancel", _("Request cancel")
+    ABANDON = "abandon", _("Abandon")
 
 
 class Workflow(models.Model):
@@ -82,6 +93,15 @@ class Workflow(models.Model):
     lease_owner = models.CharField(max_length=255, blank=True)
     # Bumped on every claim and on every transition that takes the run from its executor.
     fence = models.BigIntegerField(default=0)
+    # Bumped by every external event for the run (signal, async completion, child finished). Signals
+    # take it as their arrival sequence; an executor parking the run compares it with the value it
+    # claimed, so an event that landed while it was replaying wakes the run instead of being missed.
+    inbox_seq = models.BigIntegerField(default=0)
+    # Signal names the parked run waits for: a signal with one of them wakes it.
+    awaiting_signals = models.JSONField(default=list, blank=True)
+    parent_close_policy = models.CharField(max_length=16, choices=ParentClosePolicy.choices,
+                                           default=ParentClosePolicy.TERMINATE)
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
     execution_deadline = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField()
     started_at = models.DateTimeField(null=True, blank=True)
@@ -132,6 +152,7 @@ class Workflow(models.Model):
             models.Index(fields=["workflow_id", "-created_at"], name="weft_workflow_id_idx"),
             models.Index(fields=["workflow_type", "-created_at"], name="weft_type_idx"),
             models.Index(fields=["-created_at"], name="weft_created_idx"),
+            models.Index(fields=["parent"], condition=Q(parent__isnull=False), name="weft_children_idx"),
         ]
 
     def __str__(self) -> str:
@@ -188,3 +209,73 @@ class Timer(models.Model):
 
     def __str__(self) -> str:
         return f"{self.purpose} at {self.fire_at:%Y-%m-%d %H:%M:%S}"
+
+
+class Signal(models.Model):
+    """A signal delivered to a run; buffered until the workflow consumes it, in arrival order."""
+
+    id = models.BigAutoField(primary_key=True)
+    run = models.ForeignKey(Workflow, on_delete=models.CASCADE, related_name="signals")
+    name = models.CharField(max_length=255)
+    payload = models.BinaryField(null=True, blank=True)
+    # NULL, not "", means "no id": the unique constraint below then ignores the row.
+    signal_id = models.CharField(max_length=128, null=True, blank=True,  # noqa: DJ001
+                                 help_text=_("Sender's deduplication id; unique per run and name."))
+    sequence = models.BigIntegerField(help_text=_("Arrival order within the run."))
+    received_at = models.DateTimeField()
+    consumed_at = models.DateTimeField(null=True, blank=True)
+    consumed_by_seq = models.PositiveIntegerField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("signal")
+        ordering = ["run", "sequence"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "name", "signal_id"], condition=Q(signal_id__isnull=False),
+                                    name="weft_signal_unique_id"),
+            models.UniqueConstraint(fields=["run", "sequence"], name="weft_signal_unique_sequence"),
+        ]
+        indexes = [
+            models.Index(fields=["run", "name", "sequence"], condition=Q(consumed_at__isnull=True),
+                         name="weft_pending_signal_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} #{self.sequence}"
+
+
+class AsyncStatus(models.TextChoices):
+    PENDING = "pending", _("Pending")
+    COMPLETED = "completed", _("Completed")
+    FAILED = "failed", _("Failed")
+    TIMED_OUT = "timed_out", _("Timed out")
+    CANCELLED = "cancelled", _("Cancelled")
+
+
+class AsyncActivity(models.Model):
+    """An activity attempt parked until an outside system completes it with its task token."""
+
+    id = models.BigAutoField(primary_key=True)
+    run = models.ForeignKey(Workflow, on_delete=models.CASCADE, related_name="async_activities")
+    seq = models.PositiveIntegerField()
+    attempt = models.PositiveIntegerField()
+    activity = models.CharField(max_length=255)
+    token = models.CharField(max_length=512, unique=True)
+    status = models.CharField(max_length=16, choices=AsyncStatus.choices, default=AsyncStatus.PENDING)
+    result = models.BinaryField(null=True, blank=True)
+    error = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField()
+    resolved_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("async activity")
+        verbose_name_plural = _("async activities")
+        ordering = ["run", "seq", "attempt"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "seq", "attempt"], name="weft_async_unique_attempt"),
+        ]
+        indexes = [
+            models.Index(fields=["run", "seq"], name="weft_async_run_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.activity} step {self.seq} attempt {self.attempt} ({self.status})"

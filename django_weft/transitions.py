@@ -18,13 +18,13 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F
+from django.db.models import Case, F, Value, When
 from django.db.models.functions import Coalesce
 
 from . import journal, signals
 from .conf import weft_settings
-from .exceptions import FencingError, TransitionNotAllowed, WorkflowNotFound
-from .models import RunStatus, Timer, Workflow
+from .exceptions import FencingError, TaskTokenAlreadyUsed, TransitionNotAllowed, WorkflowNotFound
+from .models import AsyncActivity, AsyncStatus, ParentClosePolicy, RunStatus, Signal, Timer, Workflow
 
 logger = logging.getLogger("django_weft.transitions")
 
@@ -85,6 +85,10 @@ class Claim:
     owner: str
     previous_status: str
     previous_owner: str = ""
+    # The run's inbox_seq when claimed: a park that finds it moved wakes the run at once.
+    inbox_seen: int = 0
+    # The run started children, so closing it must apply their parent close policy.
+    has_dependents: bool = False
     lost: bool = False
     # First claim ever (started_at was unset): the run has no journal to read yet.
     fresh: bool = False
@@ -125,7 +129,7 @@ def claim(owner: str, now: datetime, limit: int) -> list[Claim]:
         row.lease_owner = owner
         row.started_at = row.started_at or now
         claims.append(Claim(run=row, fence=row.fence, owner=owner, previous_status=previous,
-                            previous_owner=previous_owner, fresh=fresh))
+                            previous_owner=previous_owner, fresh=fresh, inbox_seen=row.inbox_seq))
     return claims
 
 
@@ -137,23 +141,33 @@ def _refused(claim: Claim) -> FencingError:
     )
 
 
-def _fenced_write(claim: Claim, now: datetime, writes: Sequence[journal.JournalWrite] = (),
-                  **fields: Any) -> None:
-    """Update the held run and apply journal writes (the deferred ones first) if the fence holds."""
+def _fenced_write(claim: Claim, now: datetime, writes: Sequence[journal.JournalWrite] = (), *,
+                  closing: str | None = None, **fields: Any) -> None:
+    """Update the held run and apply journal writes (the deferred ones first) if the fence holds.
+
+    ``closing`` (a terminal status) also runs the close hooks: children, async records, the parent.
+    """
     pending = [*claim.deferred, *writes]
     claim.deferred = []
     fields["updated_at"] = now
-    fast = journal.write_in_one_statement(claim.run.pk, claim.fence, S.RUNNING, fields, pending)
-    if fast is False:
-        raise _refused(claim)
-    if fast is None:
-        with transaction.atomic():
-            updated = Workflow.objects.filter(pk=claim.run.pk, fence=claim.fence, status=S.RUNNING).update(
-                **fields
-            )
-            if updated == 0:
-                raise _refused(claim)
-            journal.apply(pending)
+    run = claim.run
+    touches_others = closing is not None and (run.parent_id is not None or claim.has_dependents)
+    if not touches_others:
+        fast = journal.write_in_one_statement(run.pk, claim.fence, S.RUNNING, fields, pending)
+        if fast is False:
+            raise _refused(claim)
+        if fast is True:
+            return
+    with transaction.atomic():
+        if touches_others:
+            _lock_parent(run)
+        updated = Workflow.objects.filter(pk=run.pk, fence=claim.fence, status=S.RUNNING).update(**fields)
+        if updated == 0:
+            raise _refused(claim)
+        journal.apply(pending)
+        if closing is not None and touches_others:
+            run.status = closing
+            _after_close(run, now)
 
 
 def commit(claim: Claim, now: datetime, writes: Sequence[journal.JournalWrite] = ()) -> None:
@@ -162,18 +176,31 @@ def commit(claim: Claim, now: datetime, writes: Sequence[journal.JournalWrite] =
 
 
 def park(claim: Claim, now: datetime, *, wake_at: datetime | None, reason: str,
-         writes: Sequence[journal.JournalWrite] = ()) -> None:
-    """Park the run (waiting) until ``wake_at`` or until something external wakes it."""
-    _fenced_write(claim, now, writes, status=S.WAITING, runnable_at=wake_at, wait_reason=reason[:255],
-                  lease_owner="")
+         writes: Sequence[journal.JournalWrite] = (), awaiting_signals: Sequence[str] = ()) -> None:
+    """Park the run (waiting) until ``wake_at`` or until something external wakes it.
+
+    An event that reached the run's inbox after it was claimed (a signal, an async completion, a
+    finished child) may not have been seen by the replay, so it makes the run runnable at once.
+    """
+    runnable_at = Case(When(inbox_seq__gt=claim.inbox_seen, then=Value(now)), default=Value(wake_at))
+    with transaction.atomic():
+        if claim.run.parent_id is not None:
+            _lock_parent(claim.run)
+        _fenced_write(claim, now, writes, status=S.WAITING, runnable_at=runnable_at, wait_reason=reason[:255],
+                      lease_owner="", awaiting_signals=list(awaiting_signals))
+        if claim.run.parent_id is not None and Workflow.objects.filter(
+            pk=claim.run.pk, cancel_requested_at__isnull=False
+        ).exists():
+            # The parent asked for a cancel while this child was executing: it takes effect now.
+            _close(_locked(claim.run.pk), S.CANCELLED, now, _cancel_error("cancel requested by the parent run"))
 
 
 def finish(claim: Claim, now: datetime, status: str, *, result: bytes | None = None,
            error: dict | None = None) -> None:
-    """Complete or fail a run this executor holds."""
-    assert status in (S.COMPLETED, S.FAILED), status
-    _fenced_write(claim, now, status=status, result=result, error=error, runnable_at=None, lease_owner="",
-                  wait_reason="", finished_at=now)
+    """Complete, fail or cancel a run this executor holds."""
+    assert status in (S.COMPLETED, S.FAILED, S.CANCELLED), status
+    _fenced_write(claim, now, closing=status, status=status, result=result, error=error, runnable_at=None,
+                  lease_owner="", wait_reason="", finished_at=now, awaiting_signals=[])
     run = claim.run
     run.status, run.result, run.error, run.finished_at = status, result, error, now
     _send_on_commit(FINISH_SIGNALS[status], run)
@@ -212,6 +239,97 @@ def _locked(run_id: Any) -> Workflow:
         raise WorkflowNotFound(f"no workflow run with run id {run_id}") from None
 
 
+def _lock_parent(run: Workflow) -> None:
+    # Locks are always taken parent first, then child: closing a child wakes its parent, closing a
+    # parent closes its children, and neither may deadlock the other.
+    if run.parent_id is not None:
+        list(Workflow.objects.select_for_update().filter(pk=run.parent_id).values_list("pk"))
+
+
+def _locked_with_parent(run_id: Any) -> Workflow:
+    parent_id = Workflow.objects.filter(pk=run_id).values_list("parent_id", flat=True).first()
+    if parent_id is not None:
+        list(Workflow.objects.select_for_update().filter(pk=parent_id).values_list("pk"))
+    return _locked(run_id)
+
+
+def _cancel_error(reason: str) -> dict:
+    return {"type": "Cancelled", "message": reason or "cancelled"}
+
+
+def record_event(run: Workflow, now: datetime, *, wakes: bool) -> int:
+    """Count an external event for ``run`` (locked by the caller); wake it if it waits. Returns its number."""
+    run.inbox_seq += 1
+    fields: dict[str, Any] = {"inbox_seq": run.inbox_seq, "updated_at": now}
+    if wakes and run.status == S.WAITING:
+        fields.update(runnable_at=now, awaiting_signals=[])
+    Workflow.objects.filter(pk=run.pk).update(**fields)
+    return run.inbox_seq
+
+
+def deliver_signal(run: Workflow, name: str, payload: bytes, signal_id: str | None, now: datetime) -> bool:
+    """Store a signal for ``run`` (locked by the caller, open). False if ``signal_id`` was seen before."""
+    if signal_id is not None and Signal.objects.filter(run=run, name=name, signal_id=signal_id).exists():
+        return False
+    sequence = record_event(run, now, wakes=name in (run.awaiting_signals or ()))
+    Signal.objects.create(run=run, name=name, payload=payload, signal_id=signal_id, sequence=sequence,
+                          received_at=now)
+    return True
+
+
+def resolve_async(run_id: Any, seq: int, attempt: int, now: datetime, *, status: str,
+                  result: bytes | None = None, error: dict | None = None) -> AsyncActivity:
+    """Record an outside system's completion (or failure) of a pending async activity attempt."""
+    from .exceptions import InvalidTaskToken
+
+    with transaction.atomic():
+        try:
+            run = _locked(run_id)
+        except WorkflowNotFound:
+            raise InvalidTaskToken("the task token's workflow run no longer exists") from None
+        record = AsyncActivity.objects.select_for_update().filter(run=run, seq=seq, attempt=attempt).first()
+        if record is None:
+            raise InvalidTaskToken("the task token names no async activity of this run")
+        if record.status != AsyncStatus.PENDING:
+            raise TaskTokenAlreadyUsed(
+                f"the async activity {record.activity!r} (step {seq}, attempt {attempt}) is already "
+                f"{record.status}; a task token can be used once"
+            )
+        record.status, record.result, record.error, record.resolved_at = status, result, error, now
+        record.save(update_fields=["status", "result", "error", "resolved_at"])
+        record_event(run, now, wakes=True)
+    return record
+
+
+def _after_close(run: Workflow, now: datetime) -> None:
+    """What closing a run means for others: its async tokens die, its children follow their policy,
+    and its parent (which may wait for it) wakes."""
+    AsyncActivity.objects.filter(run=run, status=AsyncStatus.PENDING).update(
+        status=AsyncStatus.CANCELLED, resolved_at=now
+    )
+    children = Workflow.objects.open().filter(parent=run).exclude(parent_close_policy=ParentClosePolicy.ABANDON)
+    for child in children.select_for_update().order_by("pk"):
+        reason = f"parent run {run.pk} of {run.workflow_id!r} closed ({run.status})"
+        if child.parent_close_policy == ParentClosePolicy.TERMINATE:
+            _close(child, S.CANCELLED, now, _cancel_error(f"terminated: {reason}"))
+        else:
+            _request_cancel(child, now, reason)
+    if run.parent_id is not None:
+        parent = Workflow.objects.filter(pk=run.parent_id).only("pk", "status", "inbox_seq").first()
+        if parent is not None and not parent.is_finished:
+            record_event(parent, now, wakes=True)
+
+
+def _request_cancel(run: Workflow, now: datetime, reason: str) -> None:
+    """Cancel ``run`` (locked) unless an executor is in the middle of it; then it is cancelled when it
+    next parks or is claimed, after the steps it is running commit."""
+    if run.status == S.RUNNING:
+        Workflow.objects.filter(pk=run.pk).update(cancel_requested_at=now, updated_at=now)
+        run.cancel_requested_at = now
+    else:
+        _close(run, S.CANCELLED, now, _cancel_error(f"cancel requested: {reason}"))
+
+
 def _check(run: Workflow, target: str) -> None:
     if not can_transition(run.status, target):
         raise TransitionNotAllowed(
@@ -226,22 +344,23 @@ def _close(run: Workflow, status: str, now: datetime, error: dict) -> None:
     )
     Timer.objects.filter(run=run, fired_at__isnull=True).delete()
     run.status, run.finished_at, run.error, run.fence = status, now, error, run.fence + 1
+    _after_close(run, now)
     _send_on_commit(FINISH_SIGNALS[status], run)
 
 
 def cancel(run_id: Any, now: datetime, reason: str = "") -> bool:
     """Cancel a run wherever it is; an executor holding it loses it. False if it had already finished."""
     with transaction.atomic():
-        run = _locked(run_id)
+        run = _locked_with_parent(run_id)
         if run.is_finished:
             return False
-        _close(run, S.CANCELLED, now, {"type": "Cancelled", "message": reason or "cancelled"})
+        _close(run, S.CANCELLED, now, _cancel_error(reason))
     return True
 
 
 def time_out(run_id: Any, now: datetime) -> bool:
     with transaction.atomic():
-        run = _locked(run_id)
+        run = _locked_with_parent(run_id)
         if run.is_finished or run.execution_deadline is None or run.execution_deadline > now:
             return False
         _close(run, S.TIMED_OUT, now, {

@@ -9,32 +9,64 @@ commits the run as parked and raises :class:`Suspend`.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import random as _random
 import threading
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NoReturn
 
 from django.db import DatabaseError, connections
 
 from .. import clock, journal, transitions
-from ..activities import ActivityDefinition, definition_of
+from ..activities import (
+    ActivityDefinition,
+    ActivityInfo,
+    CompleteAsync,
+    current_activity,
+    definition_of,
+    make_task_token,
+)
 from ..codec import decode, encode
 from ..durations import to_seconds
 from ..exceptions import (
     ActivityError,
     ActivityTimeout,
+    ChildWorkflowFailed,
     FencingError,
     InvalidArgument,
     NonDeterminismError,
     PayloadError,
+    WaitTimeout,
+    WorkflowAlreadyExists,
 )
-from ..models import StepKind, StepStatus, Timer, TimerPurpose, WorkflowStep
+from ..models import (
+    AsyncActivity,
+    AsyncStatus,
+    ParentClosePolicy,
+    RunStatus,
+    Signal,
+    StepKind,
+    StepStatus,
+    Timer,
+    TimerPurpose,
+    Workflow,
+    WorkflowStep,
+)
 from .errors import StopExecution, Suspend, error_dict
 
 logger = logging.getLogger("django_weft.executor")
+
+
+@dataclass(frozen=True)
+class ChildHandle:
+    """A child run started by ``ctx.start_child``; pass it to ``ctx.wait_child``."""
+
+    workflow_id: str
+    run_id: uuid.UUID
 
 
 class Context:
@@ -52,6 +84,8 @@ class Context:
         self._timers = timers
         self._should_stop = should_stop
         self._seq = 0
+        # Signals consumed by this execution whose consumption is not committed yet.
+        self._consumed_signals: set[int] = set()
 
     # --- identity ------------------------------------------------------------------------------------
 
@@ -111,10 +145,11 @@ class Context:
                        self.run_id, exc)
         return StopExecution(release=False)
 
-    def _park(self, *, wake_at: datetime | None, reason: str,
-              writes: Sequence[journal.JournalWrite] = ()) -> None:
+    def _park(self, *, wake_at: datetime | None, reason: str, writes: Sequence[journal.JournalWrite] = (),
+              awaiting_signals: Sequence[str] = ()) -> NoReturn:
         try:
-            transitions.park(self._claim, clock.now(), wake_at=wake_at, reason=reason, writes=writes)
+            transitions.park(self._claim, clock.now(), wake_at=wake_at, reason=reason, writes=writes,
+                             awaiting_signals=awaiting_signals)
         except FencingError:
             raise StopExecution(release=False) from None
         except DatabaseError as exc:
@@ -212,6 +247,151 @@ class Context:
         self._park(wake_at=wake_at, reason=f"sleeping until {wake_at.isoformat()}",
                    writes=[self._record(new_step, None), journal.InsertTimer(timer)])
 
+    # --- signals -------------------------------------------------------------------------------------
+
+    def wait_for_signal(self, name_or_names: str | Sequence[str],
+                        timeout: float | timedelta | None = None) -> Any:
+        """Wait for a signal and return its payload (for a list of names: ``(name, payload)``).
+
+        Signals are buffered until consumed and consumed in arrival order, so one sent before the wait
+        is returned at once. With ``timeout``, :class:`~django_weft.WaitTimeout` is raised if no
+        signal arrives first (a durable timer, like ``sleep``).
+        """
+        several = not isinstance(name_or_names, str)
+        names = list(name_or_names) if several else [name_or_names]
+        if not names or not all(isinstance(n, str) and n for n in names):
+            raise InvalidArgument(f"wait_for_signal needs a signal name or a list of names, got {name_or_names!r}")
+        seconds = None if timeout is None else to_seconds(timeout, "wait_for_signal timeout", allow_zero=True)
+        label = "|".join(names)
+        seq, step = self._next(StepKind.SIGNAL, label)
+        if step is not None and step.status == StepStatus.COMPLETED:
+            value = decode(step.result)
+            return tuple(value) if several else value
+        if step is not None and step.status == StepStatus.FAILED:
+            raise WaitTimeout((step.error or {}).get("message", "timed out"))
+        self._before_new_work(side_effects=False)
+        now = clock.now()
+        arrived = self._next_signal(names)
+        timer = self._timers.get(seq)
+        if arrived is not None:
+            payload = decode(arrived.payload)
+            value = [arrived.name, payload] if several else payload
+            self._consumed_signals.add(arrived.pk)
+            self._defer(journal.ConsumeSignal(arrived.pk, now, seq))
+            if timer is not None:
+                self._defer(journal.FireTimer(timer.pk, now))
+            self._defer(self._record(self._step(
+                seq, StepKind.SIGNAL, label, StepStatus.COMPLETED, result=encode(value, what="signal payload"),
+                started=step.started_at if step else now, finished=now,
+            ), step))
+            return tuple(value) if several else value
+        reason = f"waiting for signal {label}"
+        if step is not None:  # parked before and still no signal: did the timeout fire?
+            if timer is None or timer.fire_at > now:
+                self._park(wake_at=timer.fire_at if timer else None, reason=reason, awaiting_signals=names)
+            return self._signal_timed_out(seq, step, label, step.started_at, timer, now)
+        waiting = self._step(seq, StepKind.SIGNAL, label, StepStatus.WAITING, started=now, finished=None)
+        if seconds is None:
+            self._park(wake_at=None, reason=reason, awaiting_signals=names, writes=[self._record(waiting, None)])
+        if seconds == 0:
+            return self._signal_timed_out(seq, None, label, now, None, now)
+        wake_at = now + timedelta(seconds=seconds)
+        timer = Timer(run_id=self.run_id, seq=seq, purpose=TimerPurpose.WAIT_TIMEOUT, fire_at=wake_at)
+        self._park(wake_at=wake_at, reason=f"{reason} until {wake_at.isoformat()}", awaiting_signals=names,
+                   writes=[self._record(waiting, None), journal.InsertTimer(timer)])
+
+    def _next_signal(self, names: list[str]) -> Signal | None:
+        pending = Signal.objects.filter(run_id=self.run_id, name__in=names, consumed_at__isnull=True)
+        if self._consumed_signals:  # consumed in this execution, not committed yet
+            pending = pending.exclude(pk__in=self._consumed_signals)
+        return pending.order_by("sequence").first()
+
+    def _signal_timed_out(self, seq: int, step: WorkflowStep | None, label: str, started: datetime,
+                          timer: Timer | None, now: datetime) -> NoReturn:
+        message = f"no signal {label} arrived before the timeout"
+        if timer is not None:
+            self._defer(journal.FireTimer(timer.pk, now))
+        self._defer(self._record(self._step(
+            seq, StepKind.SIGNAL, label, StepStatus.FAILED, error={"type": "WaitTimeout", "message": message},
+            started=started, finished=now,
+        ), step))
+        raise WaitTimeout(message)
+
+    # --- child workflows -----------------------------------------------------------------------------
+
+    def start_child(self, workflow: str | Callable[..., Any], input: Any = None, *,
+                    workflow_id: str | None = None, parent_close_policy: str = "terminate") -> ChildHandle:
+        """Start a child run and return a handle to it without waiting.
+
+        The child's id defaults to one derived from this run and step, so a replay re-attaches to the
+        child instead of starting another. ``parent_close_policy`` says what happens to the child if
+        this run closes first: ``terminate`` (cancel it at once), ``request_cancel`` (cancel it once it
+        is not executing), ``abandon`` (leave it running).
+        """
+        from ..client import prepare_run
+        from ..registry import get_workflow
+
+        definition = get_workflow(workflow)
+        seq, step = self._next(StepKind.CHILD, definition.name)
+        self._claim.has_dependents = True
+        if step is not None:
+            child_workflow_id, child_run_id = decode(step.result)
+            return ChildHandle(child_workflow_id, uuid.UUID(child_run_id))
+        if parent_close_policy not in ParentClosePolicy.values:
+            raise InvalidArgument(f"parent_close_policy must be one of {ParentClosePolicy.values}, "
+                                  f"got {parent_close_policy!r}")
+        child = prepare_run(definition, input, workflow_id=workflow_id or f"{self.run_id}:{seq}")
+        child.parent_id = self.run_id
+        child.parent_close_policy = parent_close_policy
+        if workflow_id is not None and Workflow.objects.open().filter(workflow_id=workflow_id).exists():
+            raise WorkflowAlreadyExists(f"child workflow id {workflow_id!r} already has an open run")
+        self._before_new_work(side_effects=True)
+        now = clock.now()
+        record = self._step(seq, StepKind.CHILD, definition.name, StepStatus.COMPLETED,
+                            result=encode([child.workflow_id, str(child.run_id)]), started=now, finished=now)
+        self._commit([journal.InsertChild(child), self._record(record, None)])
+        return ChildHandle(child.workflow_id, child.run_id)
+
+    def wait_child(self, child: ChildHandle) -> Any:
+        """Wait for a child run to finish; return its result or raise :class:`ChildWorkflowFailed`."""
+        seq, step = self._next(StepKind.CHILD_RESULT, child.workflow_id)
+        if step is not None and step.status == StepStatus.COMPLETED:
+            return decode(step.result)
+        if step is not None and step.status == StepStatus.FAILED:
+            raise self._child_failed(child, step.error or {})
+        self._before_new_work(side_effects=False)
+        now = clock.now()
+        run = Workflow.objects.filter(pk=child.run_id).only("status", "result", "error").first()
+        if run is None or not run.is_finished:
+            waiting = self._step(seq, StepKind.CHILD_RESULT, child.workflow_id, StepStatus.WAITING,
+                                 started=now, finished=None)
+            self._park(wake_at=None, reason=f"waiting for child {child.workflow_id}",
+                       writes=[] if step is not None else [self._record(waiting, None)])
+        started = step.started_at if step is not None else now
+        if run.status == RunStatus.COMPLETED:
+            self._defer(self._record(self._step(seq, StepKind.CHILD_RESULT, child.workflow_id,
+                                                StepStatus.COMPLETED, result=run.result, started=started,
+                                                finished=now), step))
+            return decode(run.result)
+        error = {**(run.error or {}), "status": run.status}
+        self._defer(self._record(self._step(seq, StepKind.CHILD_RESULT, child.workflow_id, StepStatus.FAILED,
+                                            error=error, started=started, finished=now), step))
+        raise self._child_failed(child, error)
+
+    def run_child(self, workflow: str | Callable[..., Any], input: Any = None, *,
+                  workflow_id: str | None = None, parent_close_policy: str = "terminate") -> Any:
+        """Start a child run and wait for it: ``start_child`` then ``wait_child``."""
+        child = self.start_child(workflow, input, workflow_id=workflow_id, parent_close_policy=parent_close_policy)
+        return self.wait_child(child)
+
+    @staticmethod
+    def _child_failed(child: ChildHandle, error: dict) -> ChildWorkflowFailed:
+        status = error.get("status", "failed")
+        return ChildWorkflowFailed(
+            f"child workflow {child.workflow_id!r} {status}: {error.get('type')}: {error.get('message')}",
+            workflow_id=child.workflow_id, run_id=child.run_id, status=status, error=error,
+        )
+
     # --- activities ----------------------------------------------------------------------------------
 
     def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -219,7 +399,8 @@ class Context:
 
         A recorded result is returned without calling ``fn`` again. Failures are retried by the
         activity's :class:`RetryPolicy` with durable backoff; when it gives up, :class:`ActivityError`
-        is raised here (catch it to compensate, or let it fail the run).
+        is raised here (catch it to compensate, or let it fail the run). An activity that calls
+        ``weft.complete_async()`` parks the run until its task token is completed or failed.
         """
         definition = definition_of(fn)
         seq, step = self._next(StepKind.ACTIVITY, definition.name)
@@ -229,31 +410,46 @@ class Context:
             raise self._activity_error(definition.name, step.error or {}, step.attempt)
         attempt = 1
         started = clock.now()
-        if step is not None:  # waiting out a retry backoff
+        if step is not None:  # waiting: out a retry backoff, or for an async completion
             timer = self._timers.get(seq)
-            if timer is not None and timer.fire_at > clock.now():
+            if timer is None or timer.purpose != TimerPurpose.RETRY_BACKOFF:
+                return self._resume_async(seq, step, definition, timer)
+            if timer.fire_at > clock.now():
                 self._park(wake_at=timer.fire_at,
                            reason=f"retrying {definition.name} (attempt {step.attempt + 1}) at "
                                   f"{timer.fire_at.isoformat()}")
-            if timer is not None:
-                self._defer(journal.FireTimer(timer.pk, clock.now()))
+            self._defer(journal.FireTimer(timer.pk, clock.now()))
             attempt = step.attempt + 1
             started = step.started_at
         self._before_new_work(side_effects=True)
         try:
-            value = self._invoke(definition, attempt, args, kwargs)
+            value = self._invoke(definition, seq, attempt, args, kwargs)
             data = encode(value, what=f"result of activity {definition.name!r}")
+        except CompleteAsync:
+            return self._park_async(seq, step, definition, attempt, started)
         except Exception as exc:
-            return self._attempt_failed(seq, step, definition, attempt, started, exc)
+            retryable = not isinstance(exc, PayloadError) and definition.retry.should_retry(attempt, exc)
+            return self._attempt_failed(seq, step, definition, attempt, started, error_dict(exc, attempt=attempt),
+                                        retryable=retryable, cause=exc)
         self._defer(self._record(self._step(
             seq, StepKind.ACTIVITY, definition.name, StepStatus.COMPLETED, attempt=attempt, result=data,
             started=started, finished=clock.now(),
         ), step))
         return value
 
-    def _invoke(self, definition: ActivityDefinition, attempt: int, args: tuple, kwargs: dict) -> Any:
-        if definition.timeout is None:
-            return definition.fn(*args, **kwargs)
+    def _invoke(self, definition: ActivityDefinition, seq: int, attempt: int, args: tuple, kwargs: dict) -> Any:
+        info = ActivityInfo(workflow_id=self.workflow_id, run_id=self.run_id, seq=seq, attempt=attempt,
+                            activity=definition.name)
+        token = current_activity.set(info)
+        try:
+            if definition.timeout is None:
+                return definition.fn(*args, **kwargs)
+            return self._invoke_with_timeout(definition, attempt, args, kwargs)
+        finally:
+            current_activity.reset(token)
+
+    def _invoke_with_timeout(self, definition: ActivityDefinition, attempt: int, args: tuple,
+                             kwargs: dict) -> Any:
         outcome: dict[str, Any] = {}
         done = threading.Event()
 
@@ -267,7 +463,9 @@ class Context:
                 done.set()
 
         # The activity cannot be interrupted; on timeout we stop waiting and let it finish on its own.
-        worker = threading.Thread(target=target, name=f"weft-activity-{definition.name}", daemon=True)
+        context = contextvars.copy_context()  # activity_info() works in the thread too
+        worker = threading.Thread(target=context.run, args=(target,), name=f"weft-activity-{definition.name}",
+                                  daemon=True)
         worker.start()
         if not done.wait(definition.timeout):
             raise ActivityTimeout(
@@ -279,22 +477,83 @@ class Context:
         return outcome["value"]
 
     def _attempt_failed(self, seq: int, step: WorkflowStep | None, definition: ActivityDefinition,
-                        attempt: int, started: datetime, exc: Exception) -> Any:
+                        attempt: int, started: datetime, error: dict, *, retryable: bool,
+                        cause: BaseException | None = None) -> Any:
         now = clock.now()
-        error = error_dict(exc, attempt=attempt)
-        retryable = not isinstance(exc, PayloadError) and definition.retry.should_retry(attempt, exc)
+        wake_at = now + timedelta(seconds=definition.retry.backoff(attempt))
+        deadline = self._close_deadline(definition, started)
+        if retryable and deadline is not None and wake_at >= deadline:
+            retryable = False
+            error = {**error, "message": f"{error.get('message')} (no retry: schedule_to_close_timeout of "
+                                         f"{definition.schedule_to_close_timeout:g}s would pass first)"}
         if not retryable:
             failed = self._step(seq, StepKind.ACTIVITY, definition.name, StepStatus.FAILED, attempt=attempt,
                                 error=error, started=started, finished=now)
             self._defer(self._record(failed, step))
-            raise self._activity_error(definition.name, error, attempt) from exc
-        wake_at = now + timedelta(seconds=definition.retry.backoff(attempt))
+            raise self._activity_error(definition.name, error, attempt) from cause
         waiting = self._step(seq, StepKind.ACTIVITY, definition.name, StepStatus.WAITING, attempt=attempt,
                              error=error, started=started, finished=None)
         timer = Timer(run_id=self.run_id, seq=seq, purpose=TimerPurpose.RETRY_BACKOFF, fire_at=wake_at)
         self._park(wake_at=wake_at, writes=[self._record(waiting, step), journal.InsertTimer(timer)],
                    reason=f"retrying {definition.name} (attempt {attempt + 1}) at {wake_at.isoformat()}")
         raise AssertionError("unreachable")  # _park always raises
+
+    @staticmethod
+    def _close_deadline(definition: ActivityDefinition, started: datetime) -> datetime | None:
+        if definition.schedule_to_close_timeout is None:
+            return None
+        return started + timedelta(seconds=definition.schedule_to_close_timeout)
+
+    # --- async activities ----------------------------------------------------------------------------
+
+    def _park_async(self, seq: int, step: WorkflowStep | None, definition: ActivityDefinition, attempt: int,
+                    started: datetime) -> Any:
+        """The attempt called complete_async(): its pending record commits with the parked step, so a
+        replay never needs to run the body again to learn the token."""
+        now = clock.now()
+        record = AsyncActivity(run_id=self.run_id, seq=seq, attempt=attempt, activity=definition.name,
+                               token=make_task_token(self.run_id, seq, attempt), created_at=now)
+        waiting = self._step(seq, StepKind.ACTIVITY, definition.name, StepStatus.WAITING, attempt=attempt,
+                             started=started, finished=None)
+        writes: list[journal.JournalWrite] = [self._record(waiting, step), journal.InsertAsync(record)]
+        deadline = self._close_deadline(definition, started)
+        if deadline is not None:
+            writes.append(journal.InsertTimer(Timer(run_id=self.run_id, seq=seq, fire_at=deadline,
+                                                    purpose=TimerPurpose.ACTIVITY_TIMEOUT)))
+        self._park(wake_at=deadline, writes=writes,
+                   reason=f"waiting for async activity {definition.name} (attempt {attempt}) to be completed")
+
+    def _resume_async(self, seq: int, step: WorkflowStep, definition: ActivityDefinition,
+                      timer: Timer | None) -> Any:
+        record = AsyncActivity.objects.filter(run_id=self.run_id, seq=seq, attempt=step.attempt).first()
+        if record is None:
+            raise NonDeterminismError(
+                f"step {seq} of run {self.run_id} waits for an async activity attempt {step.attempt} that has "
+                "no record"
+            )
+        now = clock.now()
+        if record.status == AsyncStatus.PENDING:
+            if timer is None or timer.fire_at > now:
+                self._park(wake_at=timer.fire_at if timer else None,
+                           reason=f"waiting for async activity {definition.name} (attempt {step.attempt}) "
+                                  "to be completed")
+            error = {"type": "django_weft.exceptions.ActivityTimeout", "attempt": step.attempt,
+                     "message": f"async activity {definition.name!r} was not completed within its "
+                                f"{definition.schedule_to_close_timeout or 0:g}s schedule_to_close_timeout"}
+            self._defer(journal.ResolveAsync(record.pk, AsyncStatus.TIMED_OUT, now, error))
+            record.status, record.error = AsyncStatus.TIMED_OUT, error
+        if timer is not None:
+            self._defer(journal.FireTimer(timer.pk, now))
+        if record.status == AsyncStatus.COMPLETED:
+            self._defer(self._record(self._step(
+                seq, StepKind.ACTIVITY, definition.name, StepStatus.COMPLETED, attempt=step.attempt,
+                result=record.result, started=step.started_at, finished=record.resolved_at or now,
+            ), step))
+            return decode(record.result)
+        error = record.error or {"type": "AsyncActivityFailed", "message": f"async activity {record.status}"}
+        return self._attempt_failed(seq, step, definition, step.attempt, step.started_at, error,
+                                    retryable=record.status == AsyncStatus.FAILED
+                                    and step.attempt < definition.retry.max_attempts)
 
     @staticmethod
     def _activity_error(name: str, error: dict, attempts: int) -> ActivityError:

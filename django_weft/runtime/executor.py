@@ -9,7 +9,7 @@ from datetime import timedelta
 from .. import clock, transitions
 from ..codec import decode, encode
 from ..exceptions import FencingError, WorkflowNotRegistered
-from ..models import StepStatus, Timer, WorkflowStep
+from ..models import StepKind, StepStatus, Timer, WorkflowStep
 from ..registry import get_workflow
 from .context import Context
 from .errors import StopExecution, Suspend, error_dict
@@ -21,8 +21,8 @@ logger = logging.getLogger("django_weft.executor")
 UNKNOWN_TYPE_RETRY = timedelta(seconds=60)
 
 # Outcomes of execute()
-COMPLETED, FAILED, WAITING, RELEASED, LOST, TIMED_OUT = (
-    "completed", "failed", "waiting", "released", "lost", "timed_out",
+COMPLETED, FAILED, CANCELLED, WAITING, RELEASED, LOST, TIMED_OUT = (
+    "completed", "failed", "cancelled", "waiting", "released", "lost", "timed_out",
 )
 
 
@@ -32,6 +32,9 @@ def execute(claim: transitions.Claim, should_stop: Callable[[], bool] = lambda: 
     now = clock.now()
     if run.execution_deadline is not None and run.execution_deadline <= now:
         return TIMED_OUT if transitions.time_out(run.pk, now) else LOST
+    if run.cancel_requested_at is not None:
+        return _finish(claim, transitions.S.CANCELLED,
+                       error={"type": "Cancelled", "message": "cancel requested by the parent run"})
     try:
         definition = get_workflow(run.workflow_type)
     except WorkflowNotRegistered as exc:
@@ -49,6 +52,7 @@ def execute(claim: transitions.Claim, should_stop: Callable[[], bool] = lambda: 
         if any(step.status == StepStatus.WAITING for step in journal.values()):
             timers = {t.seq: t for t in Timer.objects.filter(run_id=run.pk, fired_at__isnull=True,
                                                              seq__isnull=False)}
+    claim.has_dependents = any(step.kind == StepKind.CHILD for step in journal.values())
     ctx = Context(claim, journal, timers, should_stop)
     try:
         value = definition.fn(ctx, decode(run.input)) if definition.takes_input else definition.fn(ctx)
@@ -73,4 +77,4 @@ def _finish(claim: transitions.Claim, status: str, *, result: bytes | None = Non
         transitions.finish(claim, clock.now(), status, result=result, error=error)
     except FencingError:
         return LOST
-    return COMPLETED if status == transitions.S.COMPLETED else FAILED
+    return {transitions.S.COMPLETED: COMPLETED, transitions.S.FAILED: FAILED}.get(status, CANCELLED)
