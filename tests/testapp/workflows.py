@@ -175,3 +175,88 @@ def slow(spec: dict) -> str:
 @weft.workflow(name="test.slow")
 def slow_workflow(ctx: weft.Context, spec: dict) -> str:
     return ctx.run(slow, spec)
+
+
+# --- signals -------------------------------------------------------------------------------------------
+
+
+@weft.workflow(name="test.approval")
+def approval(ctx: weft.Context, key: str) -> object:
+    ctx.run(record, key + ":before")
+    try:
+        decision = ctx.wait_for_signal("approval", timeout=timedelta(days=1))
+    except weft.WaitTimeout:
+        decision = "timed out"
+    ctx.run(record, key + ":after")
+    return decision
+
+
+@weft.workflow(name="test.collect")
+def collect(ctx: weft.Context, count: int) -> list:
+    return [ctx.wait_for_signal("item") for _ in range(count)]
+
+
+@weft.workflow(name="test.either")
+def either(ctx: weft.Context) -> list:
+    return [ctx.wait_for_signal(["a", "b"]), ctx.wait_for_signal(["a", "b"])]
+
+
+# --- async activities ------------------------------------------------------------------------------------
+
+
+@weft.activity(retry=weft.RetryPolicy(max_attempts=2, initial_backoff=10))
+def ask_human(key: str) -> None:
+    info = weft.activity_info()
+    mark(f"{key}:asked:{info.attempt}")
+    weft.complete_async()
+
+
+@weft.activity(retry=weft.RetryPolicy(max_attempts=3), schedule_to_close_timeout=timedelta(hours=1))
+def ask_with_deadline(key: str) -> None:
+    mark(f"{key}:asked")
+    weft.complete_async()
+
+
+@weft.workflow(name="test.async")
+def async_workflow(ctx: weft.Context, key: str) -> object:
+    answer = ctx.run(ask_human, key)
+    ctx.run(record, key + ":after")
+    return answer
+
+
+@weft.workflow(name="test.async_deadline")
+def async_deadline(ctx: weft.Context, key: str) -> object:
+    try:
+        return ctx.run(ask_with_deadline, key)
+    except weft.ActivityError as exc:
+        return f"gave up: {exc}"
+
+
+# --- child workflows ------------------------------------------------------------------------------------
+
+
+@weft.workflow(name="test.child")
+def child(ctx: weft.Context, spec: dict) -> str:
+    mark(f"{spec['key']}:child")
+    if spec.get("sleep"):
+        ctx.sleep(spec["sleep"])
+    if spec.get("fail"):
+        raise ValueError(f"child {spec['key']} failed")
+    return f"child {spec['key']} done"
+
+
+@weft.workflow(name="test.parent")
+def parent(ctx: weft.Context, spec: dict) -> object:
+    try:
+        result = ctx.run_child("test.child", spec, parent_close_policy=spec.get("policy", "terminate"))
+    except weft.ChildWorkflowFailed as exc:
+        result = f"child failed: {exc.status}"
+    ctx.run(record, spec["key"] + ":parent-after")
+    return result
+
+
+@weft.workflow(name="test.fire_and_forget")
+def fire_and_forget(ctx: weft.Context, spec: dict) -> str:
+    handle = ctx.start_child("test.child", spec, parent_close_policy=spec["policy"])
+    ctx.sleep(spec.get("parent_sleep", 3600))
+    return handle.workflow_id
