@@ -260,3 +260,23 @@ def fire_and_forget(ctx: weft.Context, spec: dict) -> str:
     handle = ctx.start_child("test.child", spec, parent_close_policy=spec["policy"])
     ctx.sleep(spec.get("parent_sleep", 3600))
     return handle.workflow_id
+
+
+@weft.activity
+def cancel_workflow(workflow_id: str) -> None:
+    weft.cancel(workflow_id, reason="cancelled from inside a child step")
+
+
+@weft.workflow(name="test.child_cancels_parent")
+def child_cancels_parent(ctx: weft.Context, spec: dict) -> str:
+    ctx.run(cancel_workflow, spec["parent"])
+    ctx.run(record, spec["key"] + ":after-cancel")
+    ctx.sleep(60)
+    ctx.run(record, spec["key"] + ":never")
+    return "unreachable"
+
+
+@weft.workflow(name="test.parent_of_busy_child")
+def parent_of_busy_child(ctx: weft.Context, key: str) -> object:
+    return ctx.run_child("test.child_cancels_parent", {"parent": ctx.workflow_id, "key": key},
+                         parent_close_policy="request_cancel")
