@@ -22,13 +22,23 @@ def ship(order: dict) -> str:
     return f"shipment for order {order['order_id']}"
 
 
+@weft.activity
+def refund(order: dict, charge: str) -> str:
+    return f"refunded {charge}"
+
+
 @weft.workflow(name="demo.checkout")
 def checkout(ctx: weft.Context, order: dict) -> dict:
-    """Charge, wait a little (durably), then ship."""
+    """Charge, wait a little (durably), wait for a manager's approval signal, then ship or refund."""
     charge = ctx.run(charge_card, order)
     ctx.sleep(timedelta(seconds=order.get("cooling_off_seconds", 30)))
-    shipment = ctx.run(ship, order)
-    return {"charge": charge, "shipment": shipment}
+    try:
+        decision = ctx.wait_for_signal("approval", timeout=timedelta(days=2))
+    except weft.WaitTimeout:
+        decision = {"approved": False, "reason": "nobody approved within two days"}
+    if not decision.get("approved"):
+        return {"charge": charge, "refund": ctx.run(refund, order, charge), "decision": decision}
+    return {"charge": charge, "shipment": ctx.run(ship, order), "decision": decision}
 
 
 @weft.activity

@@ -8,6 +8,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
 import django_weft as weft
+from django_weft.models import Workflow
 
 USERNAME = "demo"
 PASSWORD = "demo"
@@ -26,9 +27,16 @@ class Command(BaseCommand):
             ("demo.pipeline", "customers.csv"),
             ("demo.pipeline", "orders.csv"),
         ]
-        for number, (workflow, payload) in enumerate(examples, start=1):
-            handle = weft.start(workflow, payload, idempotency_key=f"demo-example-{number}")
-            self.stdout.write(f"  {workflow:<15} run {handle.run_id} ({handle.status})")
+        for workflow, payload in examples:
+            name = payload["order_id"] if isinstance(payload, dict) else payload
+            workflow_id = f"{workflow.removeprefix('demo.')}-{name}"
+            if not Workflow.objects.filter(workflow_id=workflow_id).exists():
+                weft.start(workflow, payload, workflow_id=workflow_id)
+            self.stdout.write(f"  {workflow_id:<24} {weft.get_handle(workflow_id).status}")
+        self.stdout.write("")
+        self.stdout.write("Approve a checkout once it waits for approval (after its 30 s cooling-off sleep):")
+        self.stdout.write("  .venv/bin/python testproject/manage.py weft_signal checkout-1001 approval "
+                          "--payload '{\"approved\": true}'")
         self.stdout.write("")
         self.stdout.write(self.style.SUCCESS(
             f"Admin: http://127.0.0.1:8000/admin/  user: {USERNAME}  password: {PASSWORD}"
