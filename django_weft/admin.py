@@ -14,7 +14,7 @@ from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 
 from .codec import decode
-from .models import Timer, Workflow, WorkflowStep
+from .models import AsyncActivity, Signal, Timer, Workflow, WorkflowStep
 
 PREVIEW_CHARS = 120
 
@@ -68,6 +68,28 @@ class TimerInline(ReadOnlyMixin, admin.TabularInline):
     readonly_fields = fields
 
 
+class SignalInline(ReadOnlyMixin, admin.TabularInline):
+    model = Signal
+    extra = 0
+    can_delete = False
+    fields = ("sequence", "name", "signal_id", "payload_preview", "received_at", "consumed_at", "consumed_by_seq")
+    readonly_fields = fields
+    ordering = ("sequence",)
+
+    @admin.display(description=_("payload"))
+    def payload_preview(self, signal: Signal) -> str:
+        text = _pretty(signal.payload)
+        return text if len(text) <= PREVIEW_CHARS else text[:PREVIEW_CHARS] + "…"
+
+
+class AsyncActivityInline(ReadOnlyMixin, admin.TabularInline):
+    model = AsyncActivity
+    extra = 0
+    can_delete = False
+    fields = ("seq", "attempt", "activity", "status", "token", "created_at", "resolved_at")
+    readonly_fields = fields
+
+
 @admin.register(Workflow)
 class WorkflowAdmin(ReadOnlyMixin, admin.ModelAdmin):
     list_display = ("workflow_id", "workflow_type", "status", "created_at", "updated_at", "finished_at")
@@ -76,7 +98,7 @@ class WorkflowAdmin(ReadOnlyMixin, admin.ModelAdmin):
     date_hierarchy = None
     show_full_result_count = False  # no COUNT(*) over the whole table
     list_per_page = 50
-    inlines = (WorkflowStepInline, TimerInline)
+    inlines = (WorkflowStepInline, SignalInline, AsyncActivityInline, TimerInline)
     fieldsets = (
         (None, {"fields": ("workflow_id", "run_id", "workflow_type", "status", "wait_reason")}),
         (_("Payloads"), {"fields": ("input_pretty", "result_pretty", "error_pretty")}),

@@ -50,3 +50,17 @@ def test_runs_cannot_be_added_or_edited(staff_client):
 def test_anonymous_users_are_sent_to_login(client):
     page = client.get(reverse("admin:django_weft_workflow_changelist"))
     assert page.status_code == 302 and "/login/" in page["Location"]
+
+
+def test_detail_shows_signals_and_async_tokens(staff_client, weft_env):
+    from django_weft.models import AsyncActivity
+
+    signalled = weft.start("test.collect", 2, workflow_id="sig-adm")
+    weft.signal("sig-adm", "item", "<b>bold</b>", signal_id="id-1")
+    body = staff_client.get(reverse("admin:django_weft_workflow_change", args=[signalled.run_id])).content.decode()
+    assert "id-1" in body and "&lt;b&gt;bold&lt;/b&gt;" in body and "<b>bold</b>" not in body
+    parked = weft.start("test.async", "adm")
+    weft_env.drive()
+    token = AsyncActivity.objects.get(run_id=parked.run_id).token
+    body = staff_client.get(reverse("admin:django_weft_workflow_change", args=[parked.run_id])).content.decode()
+    assert token in body

@@ -211,3 +211,23 @@ def test_start_or_signal_for_an_unknown_type_writes_nothing():
     with pytest.raises(weft.WorkflowNotRegistered):
         weft.start_or_signal("no.such", 1, signal="item", signal_id="s")
     assert Workflow.objects.count() == 0
+
+
+def test_weft_signal_command(weft_env):
+    from io import StringIO
+
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    handle = weft.start("test.collect", 1, workflow_id="cmd")
+    out = StringIO()
+    call_command("weft_signal", "cmd", "item", "--payload", '{"n": 1}', "--signal-id", "x", stdout=out)
+    assert "delivered" in out.getvalue()
+    call_command("weft_signal", "cmd", "item", "--signal-id", "x", stdout=out)
+    assert "already delivered" in out.getvalue()
+    with pytest.raises(CommandError, match="not JSON"):
+        call_command("weft_signal", "cmd", "item", "--payload", "{nope")
+    with pytest.raises(CommandError, match="'missing'"):
+        call_command("weft_signal", "missing", "item")
+    weft_env.drive()
+    assert handle.result() == [{"n": 1}]
