@@ -18,7 +18,7 @@ from django.db import transaction
 
 from . import clock, transitions
 from .conf import weft_settings
-from .models import RunStatus, Timer, Workflow, WorkflowStep
+from .models import AsyncActivity, RunStatus, Signal, Timer, Workflow, WorkflowStep
 from .runtime import executor
 from .runtime.leases import LeaseKeeper
 
@@ -87,8 +87,8 @@ def purge_finished(now: datetime) -> int:
                 break
             with transaction.atomic():
                 # Children rows go first in plain DELETEs, so the run delete needs no per-row cascade.
-                WorkflowStep.objects.filter(run_id__in=ids).delete()
-                Timer.objects.filter(run_id__in=ids).delete()
+                for related in (WorkflowStep, Timer, Signal, AsyncActivity):
+                    related.objects.filter(run_id__in=ids).delete()
                 Workflow.objects.filter(parent_id__in=ids).update(parent=None)
                 Workflow.objects.filter(restarted_from_id__in=ids).update(restarted_from=None)
                 purged += Workflow.objects.filter(pk__in=ids).delete()[1].get("django_weft.Workflow", 0)

@@ -12,7 +12,7 @@ from django.test import override_settings
 
 import django_weft as weft
 from django_weft.checks import check_sqlite_transaction_mode, check_unregistered_open_runs
-from django_weft.models import Timer, Workflow, WorkflowStep
+from django_weft.models import Signal, Timer, Workflow, WorkflowStep
 from tests.testapp.workflows import executions
 
 pytestmark = pytest.mark.django_db
@@ -72,6 +72,7 @@ def test_expired_lease_makes_the_run_runnable_again(weft_env):
 @override_settings(WEFT_RETENTION={"completed": timedelta(days=1), "failed": None})
 def test_retention_deletes_finished_runs_per_status(weft_env):
     done = weft.start("test.steps", {"key": "old", "count": 2, "sleep": 1})
+    weft.signal(done.workflow_id, "ignored", "kept until retention")
     failed = weft.start("test.uncaught", "old-failure")
     open_run = weft.start("test.long_sleep")
     weft_env.drive()
@@ -83,6 +84,7 @@ def test_retention_deletes_finished_runs_per_status(weft_env):
     assert set(Workflow.objects.values_list("pk", flat=True)) == {failed.run_id, open_run.run_id}
     assert not WorkflowStep.objects.filter(run_id=done.run_id).exists()
     assert not Timer.objects.filter(run_id=done.run_id).exists()
+    assert not Signal.objects.filter(run_id=done.run_id).exists()
 
 
 def test_weft_maintenance_once_command(weft_env):
