@@ -29,6 +29,8 @@ from .exceptions import (
     PayloadError,
     PayloadNotSerializable,
     PayloadTooLarge,
+    ScheduleAlreadyExists,
+    ScheduleNotFound,
     StartOrSignalConflict,
     TaskTokenAlreadyUsed,
     TransitionNotAllowed,
@@ -56,7 +58,9 @@ if TYPE_CHECKING:
         start_or_signal,
     )
     from .maintenance import MaintenanceReport, run_maintenance
+    from .models import Schedule
     from .runtime.context import ChildHandle, Context
+    from .schedules import create_schedule, get_schedule
 
 __version__ = "0.1.0"
 
@@ -73,6 +77,9 @@ _LAZY = {
     "run_maintenance": "maintenance",
     "MaintenanceReport": "maintenance",
     "Context": "runtime.context",
+    "create_schedule": "schedules",
+    "get_schedule": "schedules",
+    "Schedule": "models",
 }
 
 
@@ -102,6 +109,9 @@ __all__ = [
     "PayloadNotSerializable",
     "PayloadTooLarge",
     "RetryPolicy",
+    "Schedule",
+    "ScheduleAlreadyExists",
+    "ScheduleNotFound",
     "StartOrSignalConflict",
     "StartOrSignalResult",
     "TaskTokenAlreadyUsed",
@@ -122,8 +132,10 @@ __all__ = [
     "cancel",
     "complete_async",
     "complete_async_activity",
+    "create_schedule",
     "fail_async_activity",
     "get_handle",
+    "get_schedule",
     "run_maintenance",
     "signal",
     "start",

@@ -32,6 +32,10 @@ DEFAULTS: dict[str, Any] = {
     "TOKEN_SALT": "django_weft.task_token",
     # Largest request body the completion endpoints (django_weft.urls) accept, in bytes.
     "MAX_REQUEST_BYTES": 2 * 1024 * 1024,
+    # How long the trace of schedule decisions (ScheduleOccurrence rows) is kept; None keeps it forever.
+    "SCHEDULE_HISTORY": timedelta(days=30),
+    # Schedules defined in code: {"nightly": {"workflow": "reports.nightly", "cron": "0 3 * * *", ...}}.
+    "SCHEDULES": {},
     # Module searched in every installed app for workflows and activities.
     "AUTODISCOVER_MODULE": "workflows",
 }

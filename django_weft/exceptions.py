@@ -126,3 +126,11 @@ class ChildWorkflowFailed(WeftError):
         self.run_id = run_id
         self.status = status
         self.error = error or {}
+
+
+class ScheduleAlreadyExists(WeftError):
+    """A schedule with this schedule_id exists."""
+
+
+class ScheduleNotFound(WeftError, LookupError):
+    """No schedule has this schedule_id."""

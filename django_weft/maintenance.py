@@ -21,6 +21,7 @@ from .conf import weft_settings
 from .models import AsyncActivity, RunStatus, Signal, Timer, Workflow, WorkflowStep
 from .runtime import executor
 from .runtime.leases import LeaseKeeper
+from .schedules import fire_due_schedules, purge_history
 
 logger = logging.getLogger("django_weft.maintenance")
 
@@ -37,6 +38,7 @@ class MaintenanceReport:
     recovered: int = 0  # runs taken over after their executor's lease expired
     outcomes: Counter = field(default_factory=Counter)  # completed / failed / waiting / released / lost ...
     timed_out: int = 0
+    schedules_fired: int = 0  # runs started by schedule ticks
     purged: int = 0
 
     def count_claims(self, claims: list[transitions.Claim]) -> None:
@@ -94,6 +96,7 @@ def purge_finished(now: datetime) -> int:
                 purged += Workflow.objects.filter(pk__in=ids).delete()[1].get("django_weft.Workflow", 0)
             if len(ids) < PAGE_SIZE:
                 break
+    purge_history(now)
     return purged
 
 
@@ -114,14 +117,15 @@ def execute_runnable(now: datetime | None, report: MaintenanceReport, owner: str
 def run_maintenance(now: datetime | None = None) -> MaintenanceReport:
     """One synchronous pass, in the calling thread, of everything the loop does.
 
-    Times out runs past their deadline, executes every runnable run until it parks or finishes (timers,
-    delayed starts and expired leases that are due included), and applies retention, all as if the time
-    were ``now`` (default: the real clock).
+    Times out runs past their deadline, fires due schedules, executes every runnable run until it parks
+    or finishes (timers, delayed starts and expired leases that are due included), and applies
+    retention, all as if the time were ``now`` (default: the real clock).
     """
     report = MaintenanceReport()
     with clock.acting_at(now):
         moment = clock.now()
         report.timed_out = time_out_expired(moment)
+        report.schedules_fired = fire_due_schedules(moment)
         execute_runnable(now, report, default_owner())
         report.purged = purge_finished(moment)
     return report

@@ -99,6 +99,9 @@ class Workflow(models.Model):
     inbox_seq = models.BigIntegerField(default=0)
     # Signal names the parked run waits for: a signal with one of them wakes it.
     awaiting_signals = models.JSONField(default=list, blank=True)
+    schedule = models.ForeignKey("Schedule", null=True, blank=True, on_delete=models.SET_NULL,
+                                 related_name="runs")
+    scheduled_for = models.DateTimeField(null=True, blank=True, help_text=_("The schedule occurrence it runs for."))
     parent_close_policy = models.CharField(max_length=16, choices=ParentClosePolicy.choices,
                                            default=ParentClosePolicy.TERMINATE)
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
@@ -122,6 +125,12 @@ class Workflow(models.Model):
                 fields=["workflow_id"],
                 condition=Q(status__in=RunStatus.open_values()),
                 name="weft_one_open_run_per_workflow_id",
+            ),
+            # What makes any number of maintenance processes safe: one run per schedule occurrence.
+            models.UniqueConstraint(
+                fields=["schedule", "scheduled_for"],
+                condition=Q(schedule__isnull=False, scheduled_for__isnull=False),
+                name="weft_one_run_per_occurrence",
             ),
             models.CheckConstraint(
                 condition=Q(status__in=RunStatus.open_values()) | Q(finished_at__isnull=False),
@@ -279,3 +288,139 @@ class AsyncActivity(models.Model):
 
     def __str__(self) -> str:
         return f"{self.activity} step {self.seq} attempt {self.attempt} ({self.status})"
+
+
+class ScheduleStatus(models.TextChoices):
+    ACTIVE = "active", _("Active")
+    PAUSED = "paused", _("Paused")
+    CANCELLED = "cancelled", _("Cancelled")
+
+
+class OverlapPolicy(models.TextChoices):
+    SKIP = "skip", _("Skip while a run is open")
+    BUFFER_ONE = "buffer_one", _("Buffer one")
+    BUFFER_ALL = "buffer_all", _("Buffer all")
+    CANCEL_OTHER = "cancel_other", _("Cancel the open run")
+    ALLOW_ALL = "allow_all", _("Allow all")
+
+
+class Schedule(models.Model):
+    """Starts runs of a workflow on a cron or interval cadence. Create with ``weft.create_schedule``."""
+
+    id = models.BigAutoField(primary_key=True)
+    schedule_id = models.CharField(max_length=255, unique=True)
+    workflow_type = models.CharField(max_length=200)
+    input = models.BinaryField(null=True, blank=True)
+    cron = models.CharField(max_length=255, blank=True)
+    every = models.DurationField(null=True, blank=True)
+    timezone = models.CharField(max_length=64)
+    overlap = models.CharField(max_length=16, choices=OverlapPolicy.choices, default=OverlapPolicy.SKIP)
+    # create_schedule(backfill=True): run missed occurrences instead of counting them as missed.
+    backfill_missed = models.BooleanField(default=False)
+    catchup_window = models.DurationField(null=True, blank=True)
+    jitter = models.DurationField(null=True, blank=True)
+    start_at = models.DateTimeField(null=True, blank=True)
+    end_at = models.DateTimeField(null=True, blank=True)
+    # Anchor of interval schedules (start_at, or when the cadence was last set).
+    anchor = models.DateTimeField()
+    status = models.CharField(max_length=16, choices=ScheduleStatus.choices, default=ScheduleStatus.ACTIVE)
+    note = models.TextField(blank=True)
+    # next_fire_at is the nominal next occurrence; due_at adds its jitter and is what the tick queries.
+    next_fire_at = models.DateTimeField(null=True, blank=True)
+    due_at = models.DateTimeField(null=True, blank=True)
+    last_fire_at = models.DateTimeField(null=True, blank=True)
+    missed_fire_count = models.PositiveBigIntegerField(default=0)
+    last_missed_fire_at = models.DateTimeField(null=True, blank=True)
+    # Occurrences held back by buffer_one / buffer_all until the open run finishes (ISO timestamps).
+    queued_occurrences = models.JSONField(default=list, blank=True)
+    current_run = models.ForeignKey(Workflow, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    from_settings = models.BooleanField(default=False, help_text=_("Managed by the WEFT_SCHEDULES setting."))
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        verbose_name = _("schedule")
+        ordering = ["schedule_id"]
+        indexes = [
+            models.Index(fields=["due_at"], condition=Q(status="active", due_at__isnull=False),
+                         name="weft_due_schedule_idx"),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=(Q(cron="") & Q(every__isnull=False)) | (~Q(cron="") & Q(every__isnull=True)),
+                name="weft_schedule_cron_xor_every",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.schedule_id
+
+    @property
+    def queued_runs(self) -> int:
+        return len(self.queued_occurrences or ())
+
+    # Operations (each one transaction; see django_weft.schedules).
+    def pause(self, note: str = "") -> None:
+        from . import schedules
+
+        schedules.pause(self, note)
+
+    def resume(self) -> None:
+        from . import schedules
+
+        schedules.resume(self)
+
+    def update(self, **changes: object) -> None:
+        from . import schedules
+
+        schedules.update(self, **changes)
+
+    def trigger(self) -> Workflow | None:
+        from . import schedules
+
+        return schedules.trigger(self)
+
+    def backfill(self, start: object, end: object) -> int:
+        from . import schedules
+
+        return schedules.backfill(self, start, end)
+
+    def cancel(self) -> None:
+        from . import schedules
+
+        schedules.cancel(self)
+
+
+class OccurrenceOutcome(models.TextChoices):
+    STARTED = "started", _("Started a run")
+    SKIPPED = "skipped", _("Skipped: a run was still open")
+    BUFFERED = "buffered", _("Buffered until the open run finishes")
+    BUFFER_FULL = "buffer_full", _("Dropped: the buffer was full")
+    MISSED = "missed", _("Missed: the tick came too late")
+    OUTSIDE_CATCHUP = "outside_catchup", _("Missed: outside the catch-up window")
+    PAUSED = "paused", _("Not started: the schedule was paused")
+    ERROR = "error", _("Error: the schedule was paused")
+
+
+class ScheduleOccurrence(models.Model):
+    """What the engine decided about one occurrence (or one window of missed occurrences)."""
+
+    id = models.BigAutoField(primary_key=True)
+    schedule = models.ForeignKey(Schedule, on_delete=models.CASCADE, related_name="occurrences")
+    scheduled_for = models.DateTimeField()
+    outcome = models.CharField(max_length=16, choices=OccurrenceOutcome.choices)
+    run = models.ForeignKey(Workflow, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    count = models.PositiveIntegerField(default=1, help_text=_("Occurrences this row stands for."))
+    detail = models.TextField(blank=True)
+    decided_at = models.DateTimeField()
+
+    class Meta:
+        verbose_name = _("schedule occurrence")
+        ordering = ["-decided_at", "-id"]
+        indexes = [
+            models.Index(fields=["schedule", "-scheduled_for"], name="weft_occurrence_idx"),
+            models.Index(fields=["decided_at"], name="weft_occurrence_age_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.schedule_id} {self.scheduled_for:%Y-%m-%d %H:%M:%S} {self.outcome}"

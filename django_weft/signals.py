@@ -2,6 +2,8 @@
 
 Every signal is sent with ``sender=Workflow`` and ``run`` (the :class:`~django_weft.models.Workflow`);
 ``async_activity_pending`` also carries ``activity`` (name), ``seq``, ``attempt`` and ``task_token``.
+The schedule signals are sent with ``sender=Schedule``: ``schedule_fired`` with ``schedule``, ``run`` and
+``occurrence``; ``schedule_missed_fire`` with ``schedule``, ``count``, ``window_start`` and ``window_end``.
 """
 
 from __future__ import annotations
@@ -14,3 +16,5 @@ workflow_failed = Signal()
 workflow_cancelled = Signal()
 workflow_timed_out = Signal()
 async_activity_pending = Signal()
+schedule_fired = Signal()
+schedule_missed_fire = Signal()

@@ -55,13 +55,14 @@ class WeftTestEnv:
         total = MaintenanceReport()
         for _ in range(max_passes):
             report = run_maintenance()
-            if not report.claimed and not report.timed_out and not report.purged:
+            if not (report.claimed or report.timed_out or report.purged or report.schedules_fired):
                 return total
             total.claimed += report.claimed
             total.started += report.started
             total.woken += report.woken
             total.recovered += report.recovered
             total.timed_out += report.timed_out
+            total.schedules_fired += report.schedules_fired
             total.purged += report.purged
             total.outcomes.update(report.outcomes)
         raise RuntimeError(f"runs still runnable after {max_passes} passes: a workflow may loop forever")

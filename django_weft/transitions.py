@@ -24,7 +24,16 @@ from django.db.models.functions import Coalesce
 from . import journal, signals
 from .conf import weft_settings
 from .exceptions import FencingError, TaskTokenAlreadyUsed, TransitionNotAllowed, WorkflowNotFound
-from .models import AsyncActivity, AsyncStatus, ParentClosePolicy, RunStatus, Signal, Timer, Workflow
+from .models import (
+    AsyncActivity,
+    AsyncStatus,
+    ParentClosePolicy,
+    RunStatus,
+    Schedule,
+    Signal,
+    Timer,
+    Workflow,
+)
 
 logger = logging.getLogger("django_weft.transitions")
 
@@ -151,7 +160,9 @@ def _fenced_write(claim: Claim, now: datetime, writes: Sequence[journal.JournalW
     claim.deferred = []
     fields["updated_at"] = now
     run = claim.run
-    touches_others = closing is not None and (run.parent_id is not None or claim.has_dependents)
+    touches_others = closing is not None and (
+        run.parent_id is not None or run.schedule_id is not None or claim.has_dependents
+    )
     if not touches_others:
         fast = journal.write_in_one_statement(run.pk, claim.fence, S.RUNNING, fields, pending)
         if fast is False:
@@ -160,7 +171,7 @@ def _fenced_write(claim: Claim, now: datetime, writes: Sequence[journal.JournalW
             return
     with transaction.atomic():
         if touches_others:
-            _lock_parent(run)
+            _lock_owners(run.schedule_id, run.parent_id)
         updated = Workflow.objects.filter(pk=run.pk, fence=claim.fence, status=S.RUNNING).update(**fields)
         if updated == 0:
             raise _refused(claim)
@@ -185,7 +196,7 @@ def park(claim: Claim, now: datetime, *, wake_at: datetime | None, reason: str,
     runnable_at = Case(When(inbox_seq__gt=claim.inbox_seen, then=Value(now)), default=Value(wake_at))
     with transaction.atomic():
         if claim.run.parent_id is not None:
-            _lock_parent(claim.run)
+            _lock_owners(claim.run.schedule_id, claim.run.parent_id)
         _fenced_write(claim, now, writes, status=S.WAITING, runnable_at=runnable_at, wait_reason=reason[:255],
                       lease_owner="", awaiting_signals=list(awaiting_signals))
         if claim.run.parent_id is not None and Workflow.objects.filter(
@@ -239,17 +250,20 @@ def _locked(run_id: Any) -> Workflow:
         raise WorkflowNotFound(f"no workflow run with run id {run_id}") from None
 
 
-def _lock_parent(run: Workflow) -> None:
-    # Locks are always taken parent first, then child: closing a child wakes its parent, closing a
-    # parent closes its children, and neither may deadlock the other.
-    if run.parent_id is not None:
-        list(Workflow.objects.select_for_update().filter(pk=run.parent_id).values_list("pk"))
-
-
-def _locked_with_parent(run_id: Any) -> Workflow:
-    parent_id = Workflow.objects.filter(pk=run_id).values_list("parent_id", flat=True).first()
+def _lock_owners(schedule_id: Any, parent_id: Any) -> None:
+    # Locks are always taken schedule, then parent, then the run itself: closing a run drains its
+    # schedule's buffer and wakes its parent; a schedule tick and a parent's close act on their runs.
+    # One order everywhere means none of them can deadlock another.
+    if schedule_id is not None:
+        list(Schedule.objects.select_for_update().filter(pk=schedule_id).values_list("pk"))
     if parent_id is not None:
         list(Workflow.objects.select_for_update().filter(pk=parent_id).values_list("pk"))
+
+
+def _locked_with_owners(run_id: Any) -> Workflow:
+    owners = Workflow.objects.filter(pk=run_id).values_list("schedule_id", "parent_id").first()
+    if owners is not None:
+        _lock_owners(*owners)
     return _locked(run_id)
 
 
@@ -318,6 +332,10 @@ def _after_close(run: Workflow, now: datetime) -> None:
         parent = Workflow.objects.filter(pk=run.parent_id).only("pk", "status", "inbox_seq").first()
         if parent is not None and not parent.is_finished:
             record_event(parent, now, wakes=True)
+    if run.schedule_id is not None:
+        from .schedules import drain_buffer
+
+        drain_buffer(run, now)
 
 
 def _request_cancel(run: Workflow, now: datetime, reason: str) -> None:
@@ -351,7 +369,7 @@ def _close(run: Workflow, status: str, now: datetime, error: dict) -> None:
 def cancel(run_id: Any, now: datetime, reason: str = "") -> bool:
     """Cancel a run wherever it is; an executor holding it loses it. False if it had already finished."""
     with transaction.atomic():
-        run = _locked_with_parent(run_id)
+        run = _locked_with_owners(run_id)
         if run.is_finished:
             return False
         _close(run, S.CANCELLED, now, _cancel_error(reason))
@@ -360,7 +378,7 @@ def cancel(run_id: Any, now: datetime, reason: str = "") -> bool:
 
 def time_out(run_id: Any, now: datetime) -> bool:
     with transaction.atomic():
-        run = _locked_with_parent(run_id)
+        run = _locked_with_owners(run_id)
         if run.is_finished or run.execution_deadline is None or run.execution_deadline > now:
             return False
         _close(run, S.TIMED_OUT, now, {

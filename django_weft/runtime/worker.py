@@ -18,7 +18,8 @@ from django.db import close_old_connections, connections
 from .. import clock, transitions
 from ..conf import weft_settings
 from ..maintenance import default_owner, purge_finished, time_out_expired
-from ..models import Workflow
+from ..models import Schedule, ScheduleStatus, Workflow
+from ..schedules import fire_due_schedules
 from . import executor
 from .leases import LeaseKeeper
 
@@ -77,6 +78,9 @@ class Worker:
                 timed_out = time_out_expired(now)
                 if timed_out:
                     logger.info("timed out %d run(s)", timed_out)
+                fired = fire_due_schedules(now)
+                if fired:
+                    logger.info("schedules started %d run(s)", fired)
                 stamp = now.timestamp()
                 if last_purge is None or stamp - last_purge >= RETENTION_EVERY_SECONDS:
                     purged = purge_finished(now)
@@ -85,7 +89,7 @@ class Worker:
                         logger.info("retention deleted %d finished run(s)", purged)
             except Exception:
                 logger.exception("maintenance pass failed; retrying")
-            self.stop_event.wait(self.interval)
+            self.stop_event.wait(self._next_tick_delay())
 
     def _executor_loop(self) -> None:
         owner = default_owner()
@@ -125,6 +129,18 @@ class Worker:
             logger.exception("executing run %s failed; it is retried when its lease expires", held.run.pk)
         finally:
             self._leases.drop(held)
+
+    def _next_tick_delay(self) -> float:
+        """Until the next schedule is due (ticks must be on time: late ones count as missed), at most
+        the poll interval."""
+        try:
+            soonest = (Schedule.objects.filter(status=ScheduleStatus.ACTIVE, due_at__isnull=False)
+                       .order_by("due_at").values_list("due_at", flat=True).first())
+        except Exception:
+            return self.interval
+        if soonest is None:
+            return self.interval
+        return max(0.0, min(self.interval, (soonest - clock.now()).total_seconds()))
 
     def _idle_delay(self) -> float:
         try:

@@ -9,8 +9,10 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from django_weft.conf import weft_settings
 from django_weft.maintenance import run_maintenance
 from django_weft.runtime.worker import Worker
+from django_weft.schedules import sync_schedules
 
 
 class Command(BaseCommand):
@@ -35,6 +37,10 @@ class Command(BaseCommand):
             report = run_maintenance()
             self.stdout.write(f"weft_maintenance: {report}")
             return
+        if weft_settings.SCHEDULES:
+            report = sync_schedules()
+            self.stdout.write(f"weft_maintenance: WEFT_SCHEDULES synced (created {len(report.created)}, "
+                              f"updated {len(report.updated)}, paused {len(report.paused)})")
         worker = Worker(threads=workers, interval=interval)
         stops = 0
 
