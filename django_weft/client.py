@@ -381,7 +381,11 @@ def start_or_signal(
             if idempotency_key is not None:
                 target = Workflow.objects.select_for_update().filter(idempotency_key=idempotency_key).first()
             elif workflow_id is not None:
-                target = _lock_open_run(workflow_id) or Workflow.objects.latest_for(workflow_id).first()
+                target = _lock_open_run(workflow_id)
+                if target is None:
+                    target = Workflow.objects.latest_for(workflow_id).first()
+                    if target is not None and not target.is_finished:
+                        continue  # opened since the locked lookup: lock it in the next round
             else:
                 target = None
             if target is not None and not target.is_finished:

@@ -87,8 +87,12 @@ def apply(writes: Iterable[JournalWrite]) -> None:
 
             insert_run(write.run, delayed_until=None)
         elif isinstance(write, InsertAsync):
-            write.record.save(force_insert=True)
-            _announce_async(write.record)
+            record = write.record
+            # The outside system may have answered before the park (see transitions.resolve_async).
+            early = AsyncActivity.objects.filter(run_id=record.run_id, seq=record.seq, attempt=record.attempt)
+            if not early.update(activity=record.activity):
+                record.save(force_insert=True)
+                _announce_async(record)
         else:
             AsyncActivity.objects.filter(pk=write.record_pk).update(
                 status=write.status, resolved_at=write.at, error=write.error

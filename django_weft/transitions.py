@@ -294,6 +294,7 @@ def deliver_signal(run: Workflow, name: str, payload: bytes, signal_id: str | No
 def resolve_async(run_id: Any, seq: int, attempt: int, now: datetime, *, status: str,
                   result: bytes | None = None, error: dict | None = None) -> AsyncActivity:
     """Record an outside system's completion (or failure) of a pending async activity attempt."""
+    from .activities import make_task_token
     from .exceptions import InvalidTaskToken
 
     with transaction.atomic():
@@ -303,7 +304,16 @@ def resolve_async(run_id: Any, seq: int, attempt: int, now: datetime, *, status:
             raise InvalidTaskToken("the task token's workflow run no longer exists") from None
         record = AsyncActivity.objects.select_for_update().filter(run=run, seq=seq, attempt=attempt).first()
         if record is None:
-            raise InvalidTaskToken("the task token names no async activity of this run")
+            if run.is_finished:
+                raise TaskTokenAlreadyUsed(f"the task token's run is {run.status}; it takes no completions")
+            # A genuine token whose attempt has not parked yet: the outside system answered before
+            # complete_async() committed. Keep the answer; the park finds it and the run wakes at once.
+            record = AsyncActivity(run=run, seq=seq, attempt=attempt, activity="", created_at=now,
+                                   token=make_task_token(run.pk, seq, attempt))
+            record.status, record.result, record.error, record.resolved_at = status, result, error, now
+            record.save(force_insert=True)
+            record_event(run, now, wakes=True)
+            return record
         if record.status != AsyncStatus.PENDING:
             raise TaskTokenAlreadyUsed(
                 f"the async activity {record.activity!r} (step {seq}, attempt {attempt}) is already "

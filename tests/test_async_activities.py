@@ -208,3 +208,11 @@ def test_webhook_is_csrf_exempt(weft_env):
     weft_env.drive()
     strict = Client(enforce_csrf_checks=True)
     assert post(strict, "complete", {"token": pending(handle).token, "result": None}).status_code == 200
+
+
+def test_a_completion_that_arrives_before_the_park_is_kept(weft_env):
+    handle = weft.start("test.async_early", "fast")
+    weft_env.drive()
+    assert handle.result() == "fast answered early"
+    record = AsyncActivity.objects.get(run_id=handle.run_id)
+    assert record.status == "completed" and record.activity.endswith("answered_at_once")

@@ -280,3 +280,15 @@ def child_cancels_parent(ctx: weft.Context, spec: dict) -> str:
 def parent_of_busy_child(ctx: weft.Context, key: str) -> object:
     return ctx.run_child("test.child_cancels_parent", {"parent": ctx.workflow_id, "key": key},
                          parent_close_policy="request_cancel")
+
+
+@weft.activity
+def answered_at_once(key: str) -> None:
+    """The outside system answers before complete_async() returns (e.g. a synchronous webhook)."""
+    weft.complete_async_activity(weft.activity_info().task_token, f"{key} answered early")
+    weft.complete_async()
+
+
+@weft.workflow(name="test.async_early")
+def async_early(ctx: weft.Context, key: str) -> object:
+    return ctx.run(answered_at_once, key)
