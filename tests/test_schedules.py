@@ -382,3 +382,14 @@ def test_weft_schedules_command(env):
 
     with pytest.raises(CommandError, match="no schedule with id 'nope'"):
         call_command("weft_schedules", "pause", "nope")
+
+
+@override_settings(WEFT_SCHEDULE_HISTORY=timedelta(days=7))
+def test_the_occurrence_trace_is_bounded_by_retention(env):
+    schedule = weft.create_schedule("hist", "test.collect", 0, cron="0 * * * *", timezone="UTC")
+    env.advance(timedelta(hours=1))
+    assert ScheduleOccurrence.objects.filter(schedule=schedule).count() == 1
+    weft.run_maintenance(now=env.now() + timedelta(days=6, hours=23))
+    assert ScheduleOccurrence.objects.filter(schedule=schedule, outcome="started").count() == 1
+    weft.run_maintenance(now=env.now() + timedelta(days=7, minutes=1))
+    assert not ScheduleOccurrence.objects.filter(schedule=schedule, outcome="started").exists()
