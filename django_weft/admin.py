@@ -14,7 +14,7 @@ from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 
 from .codec import decode
-from .models import AsyncActivity, Signal, Timer, Workflow, WorkflowStep
+from .models import AsyncActivity, Schedule, ScheduleOccurrence, Signal, Timer, Workflow, WorkflowStep
 
 PREVIEW_CHARS = 120
 
@@ -133,3 +133,28 @@ class WorkflowAdmin(ReadOnlyMixin, admin.ModelAdmin):
         if not run.error:
             return "—"
         return _pre(f"{run.error.get('type')}: {run.error.get('message')}\n\n{run.error.get('traceback', '')}")
+
+
+class ScheduleOccurrenceInline(ReadOnlyMixin, admin.TabularInline):
+    model = ScheduleOccurrence
+    extra = 0
+    can_delete = False
+    fields = ("scheduled_for", "outcome", "count", "run", "detail", "decided_at")
+    readonly_fields = fields
+    ordering = ("-scheduled_for", "-id")
+    max_num = 0
+
+    def get_queryset(self, request: HttpRequest) -> Any:
+        return super().get_queryset(request).select_related("run")
+
+
+@admin.register(Schedule)
+class ScheduleAdmin(ReadOnlyMixin, admin.ModelAdmin):
+    list_display = ("schedule_id", "workflow_type", "cron", "every", "timezone", "status", "next_fire_at",
+                    "last_fire_at", "missed_fire_count", "overlap")
+    list_filter = ("status", "overlap", "workflow_type")
+    search_fields = ("=schedule_id", "workflow_type")
+    show_full_result_count = False
+    inlines = (ScheduleOccurrenceInline,)
+    readonly_fields = [f.name for f in Schedule._meta.concrete_fields if f.name not in ("id", "input")]
+    exclude = ("input",)

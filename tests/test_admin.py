@@ -64,3 +64,11 @@ def test_detail_shows_signals_and_async_tokens(staff_client, weft_env):
     token = AsyncActivity.objects.get(run_id=parked.run_id).token
     body = staff_client.get(reverse("admin:django_weft_workflow_change", args=[parked.run_id])).content.decode()
     assert token in body
+
+
+def test_schedule_pages(staff_client):
+    schedule = weft.create_schedule("adm-sched", "test.collect", 0, cron="*/5 * * * *", timezone="UTC")
+    page = staff_client.get(reverse("admin:django_weft_schedule_changelist"))
+    assert page.status_code == 200 and b"adm-sched" in page.content
+    page = staff_client.get(reverse("admin:django_weft_schedule_change", args=[schedule.pk]))
+    assert page.status_code == 200 and b"*/5 * * * *" in page.content

@@ -63,6 +63,12 @@ TIME_ZONE = "UTC"
 LANGUAGE_CODE = "en-us"
 STATIC_URL = "static/"
 
+# A schedule defined in code; `weft_maintenance` syncs it when it starts.
+WEFT_SCHEDULES = {
+    "demo-pipeline": {"workflow": "demo.pipeline", "input": "scheduled.csv", "cron": "*/5 * * * *",
+                      "timezone": "Europe/Berlin", "overlap": "skip"},
+}
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
