@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.db import connection, transaction
+from django.db import OperationalError, connection, transaction
 from django.utils import timezone
 
 import django_weft as weft
-from django_weft import transitions
+from django_weft import client, transitions
 from django_weft.codec import decode
 from django_weft.models import AsyncActivity, AsyncStatus, RunStatus, Signal, Timer, Workflow
 from tests import test_processes
@@ -52,14 +52,7 @@ WORKFLOW_ID = "same"
 DEADLINE = 60.0
 
 
-# --- racing callers --------------------------------------------------------------------------------------
-
-
-def start_or_signal(index: int, count: int, signal_id: str) -> dict:
-    """What every racer does: signal-with-start of one "test.collect" run; its payload is its index."""
-    result = weft.start_or_signal("test.collect", count, signal="item", payload=index, workflow_id=WORKFLOW_ID,
-                                  signal_id=signal_id)
-    return {"index": index, "outcome": result.outcome, "run_id": str(result.handle.run_id)}
+# --- threads ---------------------------------------------------------------------------------------------
 
 
 def join_all(threads: list[threading.Thread], timeout: float) -> None:
@@ -68,6 +61,35 @@ def join_all(threads: list[threading.Thread], timeout: float) -> None:
         thread.join(max(0.0, deadline - time.monotonic()))
     stuck = [thread.name for thread in threads if thread.is_alive()]
     assert not stuck, f"threads still running after {timeout}s: {stuck}"
+
+
+def in_another_thread(action: Callable[[], object], name: str) -> None:
+    """Run ``action`` to completion in a new thread with its own connection; fail with its traceback if it
+    raised."""
+    failures: list[str] = []
+
+    def target() -> None:
+        try:
+            action()
+        except BaseException:
+            failures.append(traceback.format_exc())
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=target, name=name, daemon=True)
+    thread.start()
+    join_all([thread], 30)
+    assert not failures, failures[0]
+
+
+# --- racing callers --------------------------------------------------------------------------------------
+
+
+def start_or_signal(index: int, count: int, signal_id: str) -> dict:
+    """What every racer does: signal-with-start of one "test.collect" run; its payload is its index."""
+    result = weft.start_or_signal("test.collect", count, signal="item", payload=index, workflow_id=WORKFLOW_ID,
+                                  signal_id=signal_id)
+    return {"index": index, "outcome": result.outcome, "run_id": str(result.handle.run_id)}
 
 
 def race_in_threads(count: int, signal_id: Callable[[int], str]) -> list[dict]:
@@ -280,6 +302,56 @@ def test_concurrent_start_or_signal_with_distinct_ids_deliver_each_signal_once_i
     ], steps
 
 
+def row_locked_elsewhere(run_id: object) -> bool:
+    """Whether another transaction holds the run's row lock: a NOWAIT lock attempt on a new connection."""
+    seen: list[bool] = []
+
+    def probe() -> None:
+        try:
+            with transaction.atomic():
+                list(Workflow.objects.select_for_update(nowait=True).filter(pk=run_id).values_list("pk"))
+            seen.append(False)
+        except OperationalError:  # could not obtain lock
+            seen.append(True)
+
+    in_another_thread(probe, "lock-probe")
+    return seen[0]
+
+
+def test_start_or_signal_locks_a_run_that_appears_after_its_locked_lookup(postgres_only, monkeypatch):
+    """The interleaving behind the race above, made deterministic: another caller's start commits just
+    after this caller's locked lookup found no open run. This caller then signals that run, and must do
+    so holding its row lock (the signal's arrival sequence is the run's inbox_seq + 1, read and written
+    under that lock), which a NOWAIT lock attempt from another connection checks."""
+    real_lookup, real_deliver = client._lock_open_run, transitions.deliver_signal
+    interleaved: list[bool] = []
+    locked_while_delivering: list[bool] = []
+
+    def lookup(workflow_id: str) -> Workflow | None:
+        found = real_lookup(workflow_id)
+        if found is None and not interleaved:
+            interleaved.append(True)
+            in_another_thread(lambda: start_or_signal(0, 2, "item-0"), "first-caller")
+        return found
+
+    def deliver(run: Workflow, name: str, payload: bytes, signal_id: str | None, now: Any) -> bool:
+        if signal_id == "item-1":
+            locked_while_delivering.append(row_locked_elsewhere(run.pk))
+        return real_deliver(run, name, payload, signal_id, now)
+
+    monkeypatch.setattr(client, "_lock_open_run", lookup)
+    monkeypatch.setattr(transitions, "deliver_signal", deliver)
+
+    second = start_or_signal(1, 2, "item-1")
+
+    assert interleaved and second["outcome"] == "signalled", second
+    assert locked_while_delivering == [True], "the signal was delivered without the run's row lock"
+    run = Workflow.objects.get()
+    assert run.inbox_seq == 2
+    signals = list(Signal.objects.order_by("sequence").values_list("sequence", "signal_id"))
+    assert signals == [(1, "item-0"), (2, "item-1")], signals
+
+
 # --- 3. SIGKILL between a signal's commit and the run's resumption -----------------------------------------
 
 
@@ -382,10 +454,13 @@ def test_sigkill_after_the_signal_commits_and_before_the_run_resumes_loses_nothi
 
     with LockHolder(lock_sql, lock_params) as holder:
         first = maintenance("first", "--interval", "0.2", **SHORT_LEASE)
-        wait_until(lambda: backends_blocked_by(holder.backend_pid), "the first process to block on the lock",
-                   30, [first], describe=lambda: str(approval_state(handle.run_id)))
-        [(blocked_pid, query)] = backends_blocked_by(holder.backend_pid)
-        assert blocked_table in query, query
+
+        def blocked() -> list[tuple[int, str]]:
+            return [row for row in backends_blocked_by(holder.backend_pid) if blocked_table in row[1]]
+
+        wait_until(blocked, "the first process to block on the lock", 30, [first],
+                   describe=lambda: str(approval_state(handle.run_id)))
+        [(blocked_pid, _)] = blocked()
         run = handle.refresh()
         assert run.status == RunStatus.RUNNING and f":{first.pid}:" in run.lease_owner, (
             run.status, run.lease_owner, first.output())
@@ -423,24 +498,6 @@ def test_sigkill_after_the_signal_commits_and_before_the_run_resumes_loses_nothi
 
 
 # --- 4. an arrival while the executor is between reading and parking ----------------------------------------
-
-
-def in_another_thread(action: Callable[[], object], name: str) -> None:
-    """Run ``action`` to completion in a new thread with its own connection; re-raise what it raised."""
-    failures: list[str] = []
-
-    def target() -> None:
-        try:
-            action()
-        except BaseException:
-            failures.append(traceback.format_exc())
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=target, name=name, daemon=True)
-    thread.start()
-    join_all([thread], 30)
-    assert not failures, failures[0]
 
 
 class ArrivalBeforePark:
@@ -532,14 +589,11 @@ def test_an_async_completion_committed_between_reading_and_parking_wakes_the_run
     ]
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "engine gap: the AsyncActivity record commits only when the run parks, so a completion that arrives "
-    "while the activity body (which handed its token out) is still running is refused with "
-    "InvalidTaskToken and the run waits forever"))
 def test_a_completion_arriving_before_the_activity_parks_is_not_refused(db):
     """The activity hands its task token to an outside system that answers before the activity returns
     (the design's ``send_email(link=...task_token)`` pattern with a fast answer): the answer is accepted
-    and the run continues with it."""
+    and the run continues with it. (With the pending record committed only by the park, such an answer
+    was refused with InvalidTaskToken and the run waited forever.)"""
     signal_workflows.FAST_COMPLETIONS.clear()
     handle = weft.start("test.signals.fast_async", "fast")
 

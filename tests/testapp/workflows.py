@@ -292,3 +292,6 @@ def answered_at_once(key: str) -> None:
 @weft.workflow(name="test.async_early")
 def async_early(ctx: weft.Context, key: str) -> object:
     return ctx.run(answered_at_once, key)
+
+
+from . import schedule_workflows  # noqa: E402,F401
