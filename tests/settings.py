@@ -9,8 +9,9 @@ from testproject.settings import BASE_DIR, DATABASES, INSTALLED_APPS
 
 INSTALLED_APPS = [*INSTALLED_APPS, "tests.testapp"]
 
-# A file (not :memory:) so subprocesses started by tests see the same SQLite test database.
-DATABASES["default"]["TEST"] = {"NAME": str(BASE_DIR / "test_weft.sqlite3")}
+if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+    # A file (not :memory:) so subprocesses started by tests see the same SQLite test database.
+    DATABASES["default"]["TEST"] = {"NAME": str(BASE_DIR / "test_weft.sqlite3")}
 if os.environ.get("WEFT_TEST_DB_NAME"):  # set for subprocesses: use the test database itself
     DATABASES["default"]["NAME"] = os.environ["WEFT_TEST_DB_NAME"]
 
