@@ -35,7 +35,7 @@ from .models import (
     ScheduleStatus,
     Workflow,
 )
-from .occurrences import Cadence, check_cron, jitter_offset, parse_zone
+from .occurrences import Cadence, check_cron, count_between, jitter_offset, parse_zone
 from .registry import get_workflow
 from .signals import schedule_fired, schedule_missed_fire
 
@@ -49,7 +49,8 @@ MAX_OCCURRENCES_PER_TICK = 256
 MAX_BUFFERED = 1000
 # Occurrences one backfill() call may start.
 MAX_BACKFILL = 10_000
-PAGE_SIZE = 200
+# Due schedules one tick transaction locks: small enough that concurrent processes share the work.
+PAGE_SIZE = 50
 
 
 # --- validation --------------------------------------------------------------------------------------
@@ -435,11 +436,14 @@ class _Occurrences:
         if not due:
             pass
         elif not schedule.backfill_missed and (len(due) > 1 or schedule.due_at < now - LATE_GRACE):
-            if capped:  # more than we count in one tick: skip the rest of the window too
+            count, last = len(due), due[-1]
+            if capped:  # more than one tick processes: skip (and count) the rest of the window too
+                count += count_between(cadence, due[-1], now)
                 moment = cadence.next_after(now)
-            self.missed(due[0], due[-1], len(due), OccurrenceOutcome.MISSED,
-                        f"{len(due)}{'+' if capped else ''} occurrence(s) from {due[0].isoformat()} to "
-                        f"{due[-1].isoformat()} missed: the tick came at {now.isoformat()}")
+                last = now
+            self.missed(due[0], last, count, OccurrenceOutcome.MISSED,
+                        f"{count} occurrence(s) from {due[0].isoformat()} to {last.isoformat()} missed: the tick "
+                        f"came at {now.isoformat()}")
         else:
             window_start = now - schedule.catchup_window if schedule.catchup_window else None
             too_old = [m for m in due if window_start is not None and m < window_start]

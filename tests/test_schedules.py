@@ -393,3 +393,14 @@ def test_the_occurrence_trace_is_bounded_by_retention(env):
     assert ScheduleOccurrence.objects.filter(schedule=schedule, outcome="started").count() == 1
     weft.run_maintenance(now=env.now() + timedelta(days=7, minutes=1))
     assert not ScheduleOccurrence.objects.filter(schedule=schedule, outcome="started").exists()
+
+
+def test_a_long_outage_counts_every_missed_occurrence(env):
+    schedule = weft.create_schedule("outage", "test.collect", 0, every=timedelta(seconds=1))
+    weft.run_maintenance(now=T0 + timedelta(seconds=1000, milliseconds=500))
+    schedule.refresh_from_db()
+    assert runs(schedule) == []
+    assert schedule.missed_fire_count == 1000
+    assert schedule.next_fire_at == T0 + timedelta(seconds=1001)
+    [trace] = ScheduleOccurrence.objects.filter(schedule=schedule)
+    assert (trace.outcome, trace.count) == ("missed", 1000)

@@ -27,6 +27,7 @@ logger = logging.getLogger("django_weft.worker")
 
 ERROR_BACKOFF_SECONDS = 2.0
 BATCH_HOLD_SECONDS = 2.0
+MIN_TICK_DELAY = 0.05
 RETENTION_EVERY_SECONDS = 60.0
 
 
@@ -140,7 +141,8 @@ class Worker:
             return self.interval
         if soonest is None:
             return self.interval
-        return max(0.0, min(self.interval, (soonest - clock.now()).total_seconds()))
+        # Overdue rows may be locked by another process's tick: poll briefly instead of spinning.
+        return max(MIN_TICK_DELAY, min(self.interval, (soonest - clock.now()).total_seconds()))
 
     def _idle_delay(self) -> float:
         try:
