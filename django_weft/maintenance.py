@@ -75,6 +75,21 @@ def time_out_expired(now: datetime) -> int:
             return count
 
 
+def delete_finished_runs(run_ids: list) -> list:
+    """Delete those of ``run_ids`` that are finished, with their journal, timers, signals and async
+    records, in one transaction; returns the ids deleted. Retention and the admin's purge use it."""
+    with transaction.atomic():
+        ids = list(Workflow.objects.finished().select_for_update().filter(pk__in=run_ids)
+                   .values_list("pk", flat=True))
+        # Related rows go first in plain DELETEs, so the run delete needs no per-row cascade.
+        for related in (WorkflowStep, Timer, Signal, AsyncActivity):
+            related.objects.filter(run_id__in=ids).delete()
+        Workflow.objects.filter(parent_id__in=ids).update(parent=None)
+        Workflow.objects.filter(restarted_from_id__in=ids).update(restarted_from=None)
+        Workflow.objects.filter(pk__in=ids).delete()
+    return ids
+
+
 def purge_finished(now: datetime) -> int:
     """Delete finished runs older than WEFT_RETENTION for their status, with their journal and timers."""
     purged = 0
@@ -87,13 +102,7 @@ def purge_finished(now: datetime) -> int:
                        .order_by("finished_at").values_list("pk", flat=True)[:PAGE_SIZE])
             if not ids:
                 break
-            with transaction.atomic():
-                # Children rows go first in plain DELETEs, so the run delete needs no per-row cascade.
-                for related in (WorkflowStep, Timer, Signal, AsyncActivity):
-                    related.objects.filter(run_id__in=ids).delete()
-                Workflow.objects.filter(parent_id__in=ids).update(parent=None)
-                Workflow.objects.filter(restarted_from_id__in=ids).update(restarted_from=None)
-                purged += Workflow.objects.filter(pk__in=ids).delete()[1].get("django_weft.Workflow", 0)
+            purged += len(delete_finished_runs(ids))
             if len(ids) < PAGE_SIZE:
                 break
     purge_history(now)

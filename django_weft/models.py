@@ -119,6 +119,10 @@ class Workflow(models.Model):
         ordering = ["-created_at"]
         permissions = [
             ("cancel_workflow", "Can cancel workflow runs"),
+            ("retry_workflow", "Can retry failed workflow runs"),
+            ("suspend_workflow", "Can suspend and resume workflow runs"),
+            ("purge_workflow", "Can purge finished workflow runs"),
+            ("signal_workflow", "Can signal workflow runs and complete their async activities"),
         ]
         constraints = [
             models.UniqueConstraint(

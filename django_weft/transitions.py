@@ -31,8 +31,10 @@ from .models import (
     RunStatus,
     Schedule,
     Signal,
+    StepStatus,
     Timer,
     Workflow,
+    WorkflowStep,
 )
 
 logger = logging.getLogger("django_weft.transitions")
@@ -423,3 +425,39 @@ def resume(run_id: Any, now: datetime) -> Workflow:
     run.refresh_from_db()
     return run
 
+
+
+def retry_failed(run_id: Any, now: datetime) -> Workflow:
+    """Take a failed run back to running, from its failed step.
+
+    The failed step(s) at the end of the journal are deleted (with their timers and async attempts), so
+    the step runs again from attempt 1; the rest of the journal is kept and replays. A run that failed by
+    an uncaught exception after its last step simply replays. The run loses its error and finish time and
+    becomes runnable now. Raises TransitionNotAllowed unless the run is failed, or if another run of its
+    workflow id is open (one open run per workflow id).
+    """
+    with transaction.atomic():
+        run = _locked_with_owners(run_id)
+        if run.status != S.FAILED:
+            raise TransitionNotAllowed(f"run {run.pk} is {run.status}, not failed; only failed runs can be retried")
+        if Workflow.objects.open().filter(workflow_id=run.workflow_id).exclude(pk=run.pk).exists():
+            raise TransitionNotAllowed(
+                f"another run of {run.workflow_id!r} is open; run {run.pk} cannot be retried while it is"
+            )
+        statuses = list(WorkflowStep.objects.filter(run=run).order_by("-seq").values_list("seq", "status")[:100])
+        first_failed = None
+        for seq, status in statuses:
+            if status != StepStatus.FAILED:
+                break
+            first_failed = seq
+        if first_failed is not None:
+            WorkflowStep.objects.filter(run=run, seq__gte=first_failed).delete()
+            Timer.objects.filter(run=run, seq__gte=first_failed).delete()
+            AsyncActivity.objects.filter(run=run, seq__gte=first_failed).delete()
+        Workflow.objects.filter(pk=run.pk).update(
+            status=S.RUNNING, fence=F("fence") + 1, runnable_at=now, lease_owner="", wait_reason="",
+            error=None, result=None, finished_at=None, cancel_requested_at=None, awaiting_signals=[],
+            updated_at=now,
+        )
+    run.refresh_from_db()
+    return run

@@ -1,0 +1,264 @@
+"""Shared admin pieces: payload rendering, read-only bases, and confirmed operations.
+
+Payloads are decoded from msgpack (which never executes anything) and always rendered escaped.
+An *operation* (cancel, retry, pause, ...) is one engine call per selected object. It is offered both
+as a changelist action and as a button on the detail page, and both go through the same confirmation
+page, permission check, outcome message and ``LogEntry``.
+"""
+
+from __future__ import annotations
+
+import pprint
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.db.models import Model, QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils.html import format_html
+from django.utils.text import capfirst
+from django.utils.translation import gettext as _t
+from django.utils.translation import ngettext
+
+from .. import clock
+from ..codec import decode
+from ..exceptions import WeftError
+
+PREVIEW_CHARS = 120
+# Objects one action submission processes (the rest are left alone and the message says so).
+MAX_OBJECTS_PER_OPERATION = 1000
+# Objects a confirmation page lists by name.
+MAX_LISTED = 100
+
+
+def pretty(data: bytes | None) -> str:
+    try:
+        value = decode(data)
+    except Exception as exc:  # a payload this version cannot read is shown, not fatal
+        return f"<undecodable payload: {exc}>"
+    return pprint.pformat(value, width=100, sort_dicts=False)
+
+
+def preview(data: bytes | None) -> str:
+    if data is None:
+        return "—"
+    text = pretty(data)
+    return text if len(text) <= PREVIEW_CHARS else text[:PREVIEW_CHARS] + "…"
+
+
+def pre(text: str) -> str:
+    return format_html("<pre style='white-space: pre-wrap; margin: 0'>{}</pre>", text)
+
+
+def human_duration(delta: timedelta | None) -> str:
+    if delta is None:
+        return "—"
+    seconds = delta.total_seconds()
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    days, hours = divmod(hours, 24)
+    parts = [f"{days}d" if days else "", f"{hours}h" if hours else "", f"{minutes}m" if minutes else "",
+             f"{secs}s" if secs and not days else ""]
+    return " ".join(p for p in parts if p)
+
+
+def span(start: datetime | None, end: datetime | None, *, open_ended: bool = False) -> str:
+    if start is None:
+        return "—"
+    if end is None:
+        return human_duration(clock.now() - start) + " so far" if open_ended else "—"
+    return human_duration(end - start)
+
+
+BADGE_COLOURS = {
+    "pending": "#6c757d", "running": "#0d6efd", "waiting": "#6f42c1", "suspended": "#fd7e14",
+    "completed": "#198754", "failed": "#dc3545", "cancelled": "#495057", "timed_out": "#b02a37",
+    "active": "#198754", "paused": "#fd7e14",
+}
+
+
+def badge(value: str, label: str) -> str:
+    return format_html(
+        "<span class='weft-badge weft-{}' style='background:{};color:#fff;padding:1px 7px;border-radius:8px;"
+        "white-space:nowrap'>{}</span>", value, BADGE_COLOURS.get(value, "#6c757d"), label)
+
+
+class ReadOnlyMixin:
+    """Engine-owned records: viewable, never added, changed or deleted through the admin."""
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+class ReadOnlyInline(ReadOnlyMixin, admin.TabularInline):
+    """A read-only inline visible to whoever may view the parent (no separate view permission needed)."""
+
+    extra = 0
+    max_num = 0
+    can_delete = False
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        opts = self.parent_model._meta
+        return request.user.has_perm(f"{opts.app_label}.view_{opts.model_name}") or request.user.has_perm(
+            f"{opts.app_label}.change_{opts.model_name}")
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One engine call per object, confirmed first, permission-checked, reported and logged."""
+
+    name: str  # URL segment and action suffix, e.g. "cancel"
+    label: str  # button and page title, e.g. "Cancel"
+    done: str  # past participle for messages, e.g. "cancelled"
+    permission: str  # ModelAdmin.has_<permission>_permission
+    eligible: Callable[[QuerySet], QuerySet]
+    # Does it to one object; returns a note for the log/message, or raises WeftError to skip it.
+    apply: Callable[[HttpRequest, Any], str] | None = None
+    # Deletes many at once (purge); returns the objects it deleted, which are logged as deletions.
+    apply_many: Callable[[HttpRequest, list], list] | None = None
+    explanation: str = ""
+    destructive: bool = False
+
+
+class OperationsMixin:
+    """Adds ``<pk>/<operation>/`` views and the shared confirmation flow to a ModelAdmin."""
+
+    operations: dict[str, Operation] = {}
+    confirmation_template = "admin/django_weft/operation_confirmation.html"
+
+    def get_urls(self) -> list:
+        info = self.opts.app_label, self.opts.model_name
+        extra = [
+            path(f"<path:object_id>/{name}/", self.admin_site.admin_view(self._object_operation_view(name)),
+                 name="{}_{}_{}".format(*info, name))
+            for name in self.operations
+        ]
+        return extra + super().get_urls()
+
+    def _object_operation_view(self, name: str) -> Callable[..., HttpResponse]:
+        def view(request: HttpRequest, object_id: str) -> HttpResponse:
+            return self.object_operation(request, object_id, name)
+
+        return view
+
+    def operation_allowed(self, request: HttpRequest, operation: Operation) -> bool:
+        return getattr(self, f"has_{operation.permission}_permission")(request)
+
+    def available_operations(self, request: HttpRequest, obj: Model) -> list[dict]:
+        """Buttons for the detail page: operations the user may do and the object is eligible for."""
+        buttons = []
+        for op in self.operations.values():
+            if self.operation_allowed(request, op) and op.eligible(self.model._default_manager.filter(pk=obj.pk)
+                                                                   ).exists():
+                buttons.append({"label": op.label, "name": op.name, "url": reverse(
+                    f"admin:{self.opts.app_label}_{self.opts.model_name}_{op.name}", args=[obj.pk])})
+        return buttons
+
+    def object_operation(self, request: HttpRequest, object_id: str, name: str) -> HttpResponse:
+        obj = self.get_object(request, object_id)
+        if obj is None:
+            return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
+        queryset = self.model._default_manager.filter(pk=obj.pk)
+        response = self.run_operation(request, queryset, name, single=obj)
+        if response is None:
+            return HttpResponseRedirect(reverse(f"admin:{self.opts.app_label}_{self.opts.model_name}_change",
+                                                args=[obj.pk]))
+        return response
+
+    def run_operation(self, request: HttpRequest, queryset: QuerySet, name: str,
+                      single: Model | None = None) -> HttpResponse | None:
+        """Confirmation page on first sight, the operation on ``post=yes``. None means done (redirect)."""
+        op = self.operations[name]
+        if not self.operation_allowed(request, op):
+            raise PermissionDenied
+        eligible = op.eligible(queryset)
+        if request.method == "POST" and request.POST.get("post") == "yes":
+            self._perform(request, queryset, eligible, op)
+            return None
+        listed = list(eligible[:MAX_LISTED])
+        eligible_count = eligible[:MAX_OBJECTS_PER_OPERATION + 1].count()
+        selected_count = queryset[:MAX_OBJECTS_PER_OPERATION + 1].count()
+        context = {
+            **self.admin_site.each_context(request),
+            "title": _t("%(operation)s: are you sure?") % {"operation": op.label},
+            "operation": op,
+            "opts": self.opts,
+            "app_label": self.opts.app_label,
+            "listed": listed,
+            "more": max(0, eligible_count - len(listed)),
+            "eligible_count": eligible_count,
+            "capped": eligible_count > MAX_OBJECTS_PER_OPERATION,
+            "max_objects": MAX_OBJECTS_PER_OPERATION,
+            "ineligible_count": max(0, selected_count - eligible_count),
+            "single": single,
+            "action_name": f"{name}_selected",
+            "selected_ids": [] if single else request.POST.getlist(admin.helpers.ACTION_CHECKBOX_NAME),
+            "select_across": request.POST.get("select_across", "0"),
+            "index": request.POST.get("index", "0"),
+            "media": self.media,
+        }
+        request.current_app = self.admin_site.name
+        return TemplateResponse(request, [
+            f"admin/{self.opts.app_label}/{self.opts.model_name}/{name}_confirmation.html",
+            f"admin/{self.opts.app_label}/{self.opts.model_name}/operation_confirmation.html",
+            self.confirmation_template,
+        ], context)
+
+    def _perform(self, request: HttpRequest, queryset: QuerySet, eligible: QuerySet, op: Operation) -> None:
+        ids = list(eligible.values_list("pk", flat=True)[:MAX_OBJECTS_PER_OPERATION + 1])
+        capped = len(ids) > MAX_OBJECTS_PER_OPERATION
+        ids = ids[:MAX_OBJECTS_PER_OPERATION]
+        objects = list(self.model._default_manager.filter(pk__in=ids))
+        done: list[Model] = []
+        notes: list[str] = []
+        failures: list[str] = []
+        if op.apply_many is not None:
+            done = op.apply_many(request, objects)
+            if done:
+                self.log_deletions(request, done)
+        else:
+            assert op.apply is not None
+            for obj in objects:
+                try:
+                    note = op.apply(request, obj)
+                except WeftError as exc:
+                    failures.append(f"{obj}: {exc}")
+                    continue
+                done.append(obj)
+                if note:
+                    notes.append(note)
+                self.log_change(request, obj, f"{capfirst(op.done)} (admin operation {op.name!r})"
+                                + (f": {note}" if note else ""))
+        skipped = len(objects) - len(done)
+        skipped += max(0, queryset[:MAX_OBJECTS_PER_OPERATION + 1].count() - len(ids))
+        verbose = self.opts.verbose_name if len(done) == 1 else self.opts.verbose_name_plural
+        text = ngettext("%(count)d %(name)s %(done)s.", "%(count)d %(name)s %(done)s.", len(done)) % {
+            "count": len(done), "name": verbose, "done": op.done}
+        if skipped and not capped:
+            text += " " + ngettext("%(count)d skipped: not eligible or changed meanwhile.",
+                                   "%(count)d skipped: not eligible or changed meanwhile.", skipped) % {
+                "count": skipped}
+        if capped:
+            text += " " + _t("Only the first %(max)d were processed; run the action again for the rest.") % {
+                "max": MAX_OBJECTS_PER_OPERATION}
+        if notes and len(notes) <= 5:
+            text += " " + " ".join(notes)
+        level = messages.SUCCESS if done else messages.WARNING
+        self.message_user(request, text, level)
+        for failure in failures[:5]:
+            self.message_user(request, failure, messages.WARNING)

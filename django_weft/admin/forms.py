@@ -1,0 +1,153 @@
+"""Admin forms: send a signal, resolve an async activity, create or edit a schedule."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any
+
+from django import forms
+from django.conf import settings
+from django.core.serializers.json import DjangoJSONEncoder
+from django.utils.translation import gettext_lazy as _
+
+from ..activities import read_task_token
+from ..codec import decode, encode
+from ..exceptions import InvalidArgument, WeftError
+from ..models import Schedule, Workflow
+from ..occurrences import check_cron, parse_zone
+from ..registry import registered_workflow_names
+from ..schedules import ScheduleSpec
+
+
+class SignalForm(forms.Form):
+    name = forms.CharField(label=_("signal name"), max_length=255)
+    payload = forms.JSONField(label=_("payload (JSON)"), required=False,
+                              widget=forms.Textarea(attrs={"rows": 6, "cols": 80}),
+                              help_text=_("Any JSON value; leave empty for null."))
+    signal_id = forms.CharField(label=_("signal id"), max_length=128, required=False,
+                                help_text=_("Optional deduplication id: a repeat with the same id is stored once."))
+
+
+class AsyncCompletionForm(forms.Form):
+    token = forms.CharField(label=_("task token"), max_length=512,
+                            widget=forms.TextInput(attrs={"size": 80}))
+    outcome = forms.ChoiceField(label=_("outcome"), choices=[("complete", _("Complete with a result")),
+                                                             ("fail", _("Fail with an error message"))],
+                                widget=forms.RadioSelect, initial="complete")
+    result = forms.JSONField(label=_("result (JSON)"), required=False,
+                             widget=forms.Textarea(attrs={"rows": 6, "cols": 80}))
+    error_message = forms.CharField(label=_("error message"), required=False, max_length=2000,
+                                    help_text=_("The activity's retry policy decides what happens next."))
+
+    def __init__(self, *args: Any, run: Workflow, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.run = run
+        self.seq: int | None = None
+        self.attempt: int | None = None
+
+    def clean_token(self) -> str:
+        token = self.cleaned_data["token"].strip()
+        try:
+            run_id, self.seq, self.attempt = read_task_token(token)
+        except WeftError as exc:
+            raise forms.ValidationError(str(exc)) from None
+        if run_id != self.run.pk:
+            raise forms.ValidationError(_("This task token belongs to another run."))
+        return token
+
+    def clean(self) -> dict:
+        data = super().clean()
+        if data.get("outcome") == "fail" and not data.get("error_message"):
+            self.add_error("error_message", _("Give an error message to fail the activity with."))
+        return data
+
+
+def _every_help() -> str:
+    return str(_("An interval instead of cron: seconds (3600) or [DD] [HH:[MM:]]ss (01:00:00)."))
+
+
+class ScheduleForm(forms.ModelForm):
+    """Validates with the engine's own rules (ScheduleSpec), reporting each problem on its field."""
+
+    workflow_type = forms.ChoiceField(label=_("workflow"))
+    input_json = forms.JSONField(label=_("input (JSON)"), required=False, encoder=DjangoJSONEncoder,
+                            widget=forms.Textarea(attrs={"rows": 4, "cols": 80}))
+    cron = forms.CharField(label=_("cron"), required=False, max_length=255,
+                           help_text=_("Five fields (minute hour day month weekday), or six with seconds first."))
+    timezone = forms.CharField(label=_("time zone"), max_length=64,
+                               help_text=_("IANA name, e.g. Europe/Berlin; cron is evaluated on its wall clock."))
+
+    class Meta:
+        model = Schedule
+        fields = ("schedule_id", "workflow_type", "input_json", "cron", "every", "timezone", "overlap",
+                  "backfill_missed", "catchup_window", "jitter", "start_at", "end_at")
+        help_texts = {"every": _every_help()}
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        names = set(registered_workflow_names())
+        instance = self.instance
+        if instance.pk and instance.workflow_type:
+            names.add(instance.workflow_type)
+        if "workflow_type" in self.fields:
+            self.fields["workflow_type"].choices = [(n, n) for n in sorted(names)]
+        if not self.is_bound and not instance.pk:
+            self.initial.setdefault("timezone", settings.TIME_ZONE)
+        self.input_editable = True
+        if instance.pk:
+            try:
+                value = decode(instance.input)
+                json.dumps(value, cls=DjangoJSONEncoder)
+            except Exception:
+                self.input_editable = False
+            else:
+                self.initial["input_json"] = value
+        if not self.input_editable:
+            self.fields["input_json"].disabled = True
+            self.fields["input_json"].help_text = _("This input is not representable as JSON; it is kept as it is.")
+        self.spec: ScheduleSpec | None = None
+
+    def clean(self) -> dict:
+        data = super().clean()
+        cron = (data.get("cron") or "").strip() or None
+        every: timedelta | None = data.get("every")
+        if cron is not None:
+            try:
+                check_cron(cron)
+            except InvalidArgument as exc:
+                self.add_error("cron", str(exc))
+        if cron is None and every is None and "every" not in self.errors:
+            self.add_error("cron", _("Give a cron expression or an interval."))
+        if cron is not None and every is not None:
+            self.add_error("every", _("Give either a cron expression or an interval, not both."))
+        if every is not None and every < timedelta(seconds=1):
+            self.add_error("every", _("The interval must be at least one second."))
+        for name in ("catchup_window", "jitter"):
+            value = data.get(name)
+            if value is not None and value <= timedelta(0):
+                self.add_error(name, _("Must be positive."))
+        zone = data.get("timezone")
+        if zone:
+            try:
+                parse_zone(zone)
+            except InvalidArgument as exc:
+                self.add_error("timezone", str(exc))
+        start_at, end_at = data.get("start_at"), data.get("end_at")
+        if start_at and end_at and end_at <= start_at:
+            self.add_error("end_at", _("The end must be after the start."))
+        if not self.fields["input_json"].disabled:
+            try:
+                encode(data.get("input_json"), what="schedule input")
+            except WeftError as exc:
+                self.add_error("input_json", str(exc))
+        if not self.errors:
+            try:
+                self.spec = ScheduleSpec.check(
+                    cron=cron, every=every, timezone=zone, overlap=data.get("overlap"),
+                    backfill=bool(data.get("backfill_missed")), catchup_window=data.get("catchup_window"),
+                    jitter=data.get("jitter"), start_at=start_at, end_at=end_at)
+            except WeftError as exc:
+                self.add_error(None, str(exc))
+        data["cron"] = cron or ""
+        return data

@@ -1,0 +1,416 @@
+"""The run admin: browse runs and their journals; cancel, retry, suspend, resume, purge, signal, complete."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import mark_safe
+from django.utils.translation import gettext as _t
+from django.utils.translation import gettext_lazy as _
+
+from .. import clock, transitions
+from ..activities import complete_async_activity, fail_async_activity
+from ..client import WorkflowHandle
+from ..exceptions import WeftError
+from ..maintenance import delete_finished_runs
+from ..models import (
+    AsyncActivity,
+    AsyncStatus,
+    RunStatus,
+    Signal,
+    Timer,
+    Workflow,
+    WorkflowStep,
+)
+from ..registry import registered_workflow_names
+from .common import (
+    Operation,
+    OperationsMixin,
+    ReadOnlyInline,
+    ReadOnlyMixin,
+    badge,
+    pre,
+    pretty,
+    preview,
+    span,
+)
+from .forms import AsyncCompletionForm, SignalForm
+
+# Runs counted per status above the changelist; beyond it the count shows as "1000+".
+STATUS_COUNT_CAP = 1000
+# Children listed by name on a run's page.
+MAX_CHILDREN_LISTED = 50
+
+
+class WorkflowStepInline(ReadOnlyInline):
+    model = WorkflowStep
+    verbose_name = _("journal step")
+    verbose_name_plural = _("journal (timeline)")
+    fields = ("seq", "kind", "name", "status_badge", "attempt", "started_at", "duration", "result_preview",
+              "error_message")
+    readonly_fields = fields
+    ordering = ("seq",)
+
+    @admin.display(description=_("status"))
+    def status_badge(self, step: WorkflowStep) -> str:
+        return badge(step.status, step.get_status_display())
+
+    @admin.display(description=_("duration"))
+    def duration(self, step: WorkflowStep) -> str:
+        return span(step.started_at, step.finished_at)
+
+    @admin.display(description=_("result"))
+    def result_preview(self, step: WorkflowStep) -> str:
+        return preview(step.result)
+
+    @admin.display(description=_("error"))
+    def error_message(self, step: WorkflowStep) -> str:
+        return f"{step.error.get('type')}: {step.error.get('message')}" if step.error else "—"
+
+
+class TimerInline(ReadOnlyInline):
+    model = Timer
+    fields = ("seq", "purpose", "fire_at", "fired_at")
+    readonly_fields = fields
+
+
+class SignalInline(ReadOnlyInline):
+    model = Signal
+    fields = ("sequence", "name", "signal_id", "payload_preview", "received_at", "consumed_at", "consumed_by_seq")
+    readonly_fields = fields
+    ordering = ("sequence",)
+
+    @admin.display(description=_("payload"))
+    def payload_preview(self, signal: Signal) -> str:
+        return preview(signal.payload)
+
+
+class AsyncActivityInline(ReadOnlyInline):
+    model = AsyncActivity
+    fields = ("seq", "attempt", "activity", "status", "token_copy", "created_at", "resolved_at")
+    readonly_fields = fields
+
+    @admin.display(description=_("task token"))
+    def token_copy(self, record: AsyncActivity) -> str:
+        # A read-only input: select-all and copy, without the token wrapping mid-way.
+        return format_html("<input type='text' readonly value='{}' size='40' onclick='this.select()' "
+                           "class='weft-token' aria-label='task token'>", record.token)
+
+
+class WorkflowTypeFilter(admin.SimpleListFilter):
+    """Workflow types from the registry: no SELECT DISTINCT over the runs table."""
+
+    title = _("workflow type")
+    parameter_name = "workflow_type"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [(name, name) for name in sorted(registered_workflow_names())]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        return queryset.filter(workflow_type=self.value()) if self.value() else queryset
+
+
+def _purge(request: HttpRequest, runs: list[Workflow]) -> list[Workflow]:
+    """Delete finished runs with their journal, timers, signals and async records (as retention does)."""
+    deleted = set(delete_finished_runs([r.pk for r in runs]))
+    return [r for r in runs if r.pk in deleted]
+
+
+def _who(request: HttpRequest) -> str:
+    return f"by {request.user.get_username()} in the admin"
+
+
+def _cancel(request: HttpRequest, run: Workflow) -> str:
+    if not transitions.cancel(run.pk, clock.now(), f"cancelled {_who(request)}"):
+        raise WeftError(_t("already finished"))
+    return ""
+
+
+def _retry(request: HttpRequest, run: Workflow) -> str:
+    transitions.retry_failed(run.pk, clock.now())
+    return ""
+
+
+def _suspend(request: HttpRequest, run: Workflow) -> str:
+    transitions.suspend(run.pk, clock.now(), f"suspended {_who(request)}")
+    return ""
+
+
+def _resume(request: HttpRequest, run: Workflow) -> str:
+    transitions.resume(run.pk, clock.now())
+    return ""
+
+
+RUN_OPERATIONS = {
+    "cancel": Operation(
+        "cancel", _("Cancel"), _("cancelled"), "cancel", lambda qs: qs.open(), _cancel,
+        explanation=_("Open runs end as cancelled; an executor holding one loses it. Finished runs are left "
+                      "alone."), destructive=True),
+    "retry": Operation(
+        "retry", _("Retry"), _("retried"), "retry", lambda qs: qs.filter(status=RunStatus.FAILED), _retry,
+        explanation=_("Failed runs run again from their failed step (which starts over at attempt 1); the "
+                      "steps before it are kept and replay.")),
+    "suspend": Operation(
+        "suspend", _("Suspend"), _("suspended"), "suspend",
+        lambda qs: qs.filter(status__in=[RunStatus.PENDING, RunStatus.RUNNING, RunStatus.WAITING]), _suspend,
+        explanation=_("Nothing executes a suspended run until it is resumed; an executor holding it loses "
+                      "it.")),
+    "resume": Operation(
+        "resume", _("Resume"), _("resumed"), "suspend", lambda qs: qs.filter(status=RunStatus.SUSPENDED),
+        _resume, explanation=_("Suspended runs become runnable and continue where they were.")),
+    "purge": Operation(
+        "purge", _("Purge"), _("purged"), "purge", lambda qs: qs.finished(), apply_many=_purge,
+        explanation=_("Finished runs are deleted with their journal, timers, signals and async records. "
+                      "Open runs are left alone. This cannot be undone."), destructive=True),
+}
+
+
+@admin.register(Workflow)
+class WorkflowAdmin(OperationsMixin, ReadOnlyMixin, admin.ModelAdmin):
+    operations = RUN_OPERATIONS
+    list_display = ("workflow_id", "workflow_type", "status_badge", "started_at", "updated_at", "duration",
+                    "schedule_link")
+    list_filter = ("status", WorkflowTypeFilter, "schedule", "created_at")
+    search_fields = ("=workflow_id", "=run_id", "=idempotency_key")
+    show_full_result_count = False  # no COUNT(*) over the whole table
+    list_per_page = 50
+    list_select_related = ("schedule",)
+    actions = ("cancel_selected", "retry_selected", "suspend_selected", "resume_selected", "purge_selected")
+    inlines = (WorkflowStepInline, SignalInline, AsyncActivityInline, TimerInline)
+    change_list_template = "admin/django_weft/workflow/change_list.html"
+    change_form_template = "admin/django_weft/workflow/change_form.html"
+    fieldsets = (
+        (None, {"fields": ("workflow_id", "run_id", "workflow_type", "status_badge", "wait_reason")}),
+        (_("Payloads"), {"fields": ("input_pretty", "result_pretty", "error_pretty")}),
+        (_("Timing"), {"fields": ("created_at", "started_at", "updated_at", "finished_at", "duration",
+                                  "runnable_at", "execution_deadline")}),
+        (_("Lineage"), {"fields": ("parent_link", "children_links", "schedule_link", "scheduled_for",
+                                   "restarted_from", "idempotency_key", "tags", "search_attributes")}),
+        (_("Execution"), {"fields": ("lease_owner", "fence", "awaiting_signals", "cancel_requested_at")}),
+    )
+    readonly_fields = ("workflow_id", "run_id", "workflow_type", "status_badge", "wait_reason", "input_pretty",
+                       "result_pretty", "error_pretty", "created_at", "started_at", "updated_at",
+                       "finished_at", "duration", "runnable_at", "execution_deadline", "parent_link",
+                       "children_links", "schedule_link", "scheduled_for", "restarted_from", "idempotency_key",
+                       "tags", "search_attributes", "lease_owner", "fence", "awaiting_signals",
+                       "cancel_requested_at")
+
+    # --- permissions ------------------------------------------------------------------------------
+
+    def _has(self, request: HttpRequest, codename: str) -> bool:
+        return request.user.has_perm(f"{self.opts.app_label}.{codename}")
+
+    def has_cancel_permission(self, request: HttpRequest) -> bool:
+        return self._has(request, "cancel_workflow")
+
+    def has_retry_permission(self, request: HttpRequest) -> bool:
+        return self._has(request, "retry_workflow")
+
+    def has_suspend_permission(self, request: HttpRequest) -> bool:
+        return self._has(request, "suspend_workflow")
+
+    def has_purge_permission(self, request: HttpRequest) -> bool:
+        return self._has(request, "purge_workflow")
+
+    def has_signal_permission(self, request: HttpRequest) -> bool:
+        return self._has(request, "signal_workflow")
+
+    # --- queries ----------------------------------------------------------------------------------
+
+    def get_queryset(self, request: HttpRequest) -> Any:
+        # The changelist never needs the payloads.
+        qs = super().get_queryset(request)
+        match = getattr(request, "resolver_match", None)
+        if match and match.url_name and match.url_name.endswith("changelist"):
+            qs = qs.defer("input", "result", "error", "search_attributes")
+        return qs
+
+    def status_counts(self, request: HttpRequest) -> list[dict]:
+        """Runs per status, each count bounded (LIMIT) so a huge table costs no full COUNT(*)."""
+        counts = []
+        url = reverse("admin:django_weft_workflow_changelist")
+        for value, label in RunStatus.choices:
+            count = Workflow.objects.filter(status=value)[:STATUS_COUNT_CAP + 1].count()
+            counts.append({"value": value, "label": label, "badge": badge(value, label),
+                           "count": f"{STATUS_COUNT_CAP}+" if count > STATUS_COUNT_CAP else str(count),
+                           "url": f"{url}?status__exact={value}"})
+        return counts
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict | None = None) -> HttpResponse:
+        extra_context = {**(extra_context or {}), "status_counts": self.status_counts(request)}
+        return super().changelist_view(request, extra_context)
+
+    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
+                    extra_context: dict | None = None) -> HttpResponse:
+        extra_context = dict(extra_context or {})
+        run = self.get_object(request, object_id)
+        if run is not None:
+            buttons = self.available_operations(request, run)
+            if self.has_signal_permission(request) and not run.is_finished:
+                buttons.append({"label": _("Send signal"), "name": "signal",
+                                "url": reverse("admin:django_weft_workflow_signal", args=[run.pk])})
+                if AsyncActivity.objects.filter(run=run, status=AsyncStatus.PENDING).exists():
+                    buttons.append({"label": _("Complete or fail async activity"), "name": "async",
+                                    "url": reverse("admin:django_weft_workflow_async", args=[run.pk])})
+            extra_context["weft_buttons"] = buttons
+        return super().change_view(request, object_id, form_url, extra_context)
+
+    # --- actions ----------------------------------------------------------------------------------
+
+    @admin.action(description=_("Cancel selected runs"), permissions=["cancel"])
+    def cancel_selected(self, request: HttpRequest, queryset: QuerySet) -> HttpResponse | None:
+        return self.run_operation(request, queryset, "cancel")
+
+    @admin.action(description=_("Retry selected failed runs from their failed step"), permissions=["retry"])
+    def retry_selected(self, request: HttpRequest, queryset: QuerySet) -> HttpResponse | None:
+        return self.run_operation(request, queryset, "retry")
+
+    @admin.action(description=_("Suspend selected runs"), permissions=["suspend"])
+    def suspend_selected(self, request: HttpRequest, queryset: QuerySet) -> HttpResponse | None:
+        return self.run_operation(request, queryset, "suspend")
+
+    @admin.action(description=_("Resume selected suspended runs"), permissions=["suspend"])
+    def resume_selected(self, request: HttpRequest, queryset: QuerySet) -> HttpResponse | None:
+        return self.run_operation(request, queryset, "resume")
+
+    @admin.action(description=_("Purge selected finished runs"), permissions=["purge"])
+    def purge_selected(self, request: HttpRequest, queryset: QuerySet) -> HttpResponse | None:
+        return self.run_operation(request, queryset, "purge")
+
+    # --- signal and async completion forms -------------------------------------------------------
+
+    def get_urls(self) -> list:
+        return [
+            path("<path:object_id>/signal/", self.admin_site.admin_view(self.signal_view),
+                 name="django_weft_workflow_signal"),
+            path("<path:object_id>/async/", self.admin_site.admin_view(self.async_view),
+                 name="django_weft_workflow_async"),
+            *super().get_urls(),
+        ]
+
+    def _form_page(self, request: HttpRequest, run: Workflow, form: Any, title: str, extra: dict) -> HttpResponse:
+        context = {**self.admin_site.each_context(request), "title": title, "form": form, "run": run,
+                   "opts": self.opts, "app_label": self.opts.app_label, "original": run, **extra}
+        request.current_app = self.admin_site.name
+        return TemplateResponse(request, "admin/django_weft/workflow/run_form.html", context)
+
+    def _run_for_form(self, request: HttpRequest, object_id: str) -> Workflow | HttpResponse:
+        if not self.has_signal_permission(request):
+            raise PermissionDenied
+        run = self.get_object(request, object_id)
+        if run is None:
+            return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
+        return run
+
+    def _back(self, run: Workflow) -> HttpResponseRedirect:
+        return HttpResponseRedirect(reverse("admin:django_weft_workflow_change", args=[run.pk]))
+
+    def signal_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        run = self._run_for_form(request, object_id)
+        if isinstance(run, HttpResponse):
+            return run
+        form = SignalForm(request.POST or None)
+        if request.method == "POST" and form.is_valid():
+            data = form.cleaned_data
+            try:
+                stored = WorkflowHandle(run.workflow_id, run.pk).signal(
+                    data["name"], data["payload"], signal_id=data["signal_id"] or None)
+            except WeftError as exc:
+                form.add_error(None, str(exc))
+            else:
+                if stored:
+                    note = _t("Signal %(name)r delivered.") % {"name": data["name"]}
+                else:
+                    note = _t("Signal %(name)r with id %(id)r was delivered before; stored once.") % {
+                        "name": data["name"], "id": data["signal_id"]}
+                self.log_change(request, run, f"{note} (signal id {data['signal_id'] or '—'})")
+                self.message_user(request, note, messages.SUCCESS if stored else messages.WARNING)
+                return self._back(run)
+        return self._form_page(request, run, form, _t("Send a signal to %(run)s") % {"run": run.workflow_id},
+                               {"submit_label": _t("Send signal")})
+
+    def async_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        run = self._run_for_form(request, object_id)
+        if isinstance(run, HttpResponse):
+            return run
+        form = AsyncCompletionForm(request.POST or None, run=run,
+                                   initial={"token": request.GET.get("token", "")})
+        if request.method == "POST" and form.is_valid():
+            data = form.cleaned_data
+            try:
+                if data["outcome"] == "complete":
+                    complete_async_activity(data["token"], data["result"])
+                else:
+                    fail_async_activity(data["token"], data["error_message"])
+            except WeftError as exc:
+                form.add_error("token", str(exc))
+            else:
+                verb = _t("completed") if data["outcome"] == "complete" else _t("failed")
+                note = _t("Async activity step %(seq)s attempt %(attempt)s %(verb)s.") % {
+                    "seq": form.seq, "attempt": form.attempt, "verb": verb}
+                self.log_change(request, run, note)
+                self.message_user(request, note, messages.SUCCESS)
+                return self._back(run)
+        pending = AsyncActivity.objects.filter(run=run, status=AsyncStatus.PENDING).order_by("seq", "attempt")
+        return self._form_page(request, run, form,
+                               _t("Complete or fail an async activity of %(run)s") % {"run": run.workflow_id},
+                               {"submit_label": _t("Submit"), "pending_async": pending})
+
+    # --- fields -----------------------------------------------------------------------------------
+
+    @admin.display(description=_("status"), ordering="status")
+    def status_badge(self, run: Workflow) -> str:
+        return badge(run.status, run.get_status_display())
+
+    @admin.display(description=_("duration"))
+    def duration(self, run: Workflow) -> str:
+        return span(run.started_at, run.finished_at, open_ended=not run.is_finished)
+
+    @admin.display(description=_("schedule"), ordering="schedule__schedule_id")
+    def schedule_link(self, run: Workflow) -> str:
+        if run.schedule_id is None:
+            return "—"
+        return format_html("<a href='{}'>{}</a>", reverse("admin:django_weft_schedule_change",
+                                                         args=[run.schedule_id]), run.schedule)
+
+    @admin.display(description=_("parent run"))
+    def parent_link(self, run: Workflow) -> str:
+        if run.parent_id is None:
+            return "—"
+        return format_html("<a href='{}'>{}</a>", reverse("admin:django_weft_workflow_change",
+                                                         args=[run.parent_id]), run.parent)
+
+    @admin.display(description=_("children"))
+    def children_links(self, run: Workflow) -> str:
+        children = list(Workflow.objects.filter(parent=run).only("pk", "workflow_id", "workflow_type", "status")
+                        .order_by("created_at")[:MAX_CHILDREN_LISTED + 1])
+        if not children:
+            return "—"
+        links = format_html_join(
+            mark_safe("<br>"), "<a href='{}'>{}</a> {}",
+            ((reverse("admin:django_weft_workflow_change", args=[c.pk]), c.workflow_id,
+              badge(c.status, c.get_status_display())) for c in children[:MAX_CHILDREN_LISTED]))
+        if len(children) > MAX_CHILDREN_LISTED:
+            links = format_html("{}<br>{}", links, _t("(more not shown)"))
+        return links
+
+    @admin.display(description=_("input"))
+    def input_pretty(self, run: Workflow) -> str:
+        return pre(pretty(run.input))
+
+    @admin.display(description=_("result"))
+    def result_pretty(self, run: Workflow) -> str:
+        return pre(pretty(run.result)) if run.result is not None else "—"
+
+    @admin.display(description=_("error"))
+    def error_pretty(self, run: Workflow) -> str:
+        if not run.error:
+            return "—"
+        return pre(f"{run.error.get('type')}: {run.error.get('message')}\n\n{run.error.get('traceback', '')}")
