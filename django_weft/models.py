@@ -164,6 +164,8 @@ class Workflow(models.Model):
             ),
             models.Index(fields=["workflow_id", "-created_at"], name="weft_workflow_id_idx"),
             models.Index(fields=["workflow_type", "-created_at"], name="weft_type_idx"),
+            # The admin's status filter and per-status counts, newest first.
+            models.Index(fields=["status", "-created_at"], name="weft_status_idx"),
             models.Index(fields=["-created_at"], name="weft_created_idx"),
             models.Index(fields=["parent"], condition=Q(parent__isnull=False), name="weft_children_idx"),
         ]

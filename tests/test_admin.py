@@ -164,6 +164,40 @@ def test_status_counts_are_capped(staff_client, monkeypatch):
     assert counts["pending"] == "2+"
 
 
+def test_changelist_count_and_journal_are_bounded(staff_client, monkeypatch, weft_env):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from django_weft.admin import common
+
+    monkeypatch.setattr(common.BoundedPaginator, "count_cap", 2)
+    monkeypatch.setattr(common, "MAX_INLINE_ROWS", 2)
+    for i in range(3):
+        weft.start("test.collect", 1, workflow_id=f"bounded-{i}")
+    with CaptureQueriesContext(connection) as captured:
+        page = staff_client.get(reverse(RUNS))
+    assert page.context["cl"].result_count == 2 and "2+ workflow runs" in page.content.decode()
+    counts = [q["sql"] for q in captured.captured_queries if "COUNT(" in q["sql"].upper()]
+    assert counts and all("LIMIT" in sql.upper() for sql in counts)
+    handle = weft.start("test.steps", {"key": "bj", "count": 4}, workflow_id="bounded-journal")
+    weft_env.drive()
+    detail = staff_client.get(reverse("admin:django_weft_workflow_change", args=[handle.run_id]))
+    journal = next(f for f in detail.context["inline_admin_formsets"] if f.formset.model.__name__ == "WorkflowStep")
+    assert len(journal.formset.forms) == 2
+
+
+def test_search_is_exact_on_ids(staff_client):
+    handle = weft.start("test.collect", 1, workflow_id="Search-Me")
+    keyed = weft.start("test.collect", 1, idempotency_key="idem-search")
+
+    def ids(q):
+        return {r.workflow_id for r in staff_client.get(reverse(RUNS), {"q": q}).context["cl"].result_list}
+
+    assert ids("Search-Me") == ids(str(handle.run_id)) == {"Search-Me"}
+    assert ids("idem-search") == {keyed.workflow_id}
+    assert ids("search-me") == set() and ids("Search") == set()
+
+
 def test_changelist_filters_and_search(staff_client, weft_env):
     schedule = weft.create_schedule("filter-sched", "test.collect", 0, every=60)
     scheduled = schedule.trigger()

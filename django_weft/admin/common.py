@@ -16,10 +16,13 @@ from typing import Any
 
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
 from django.db.models import Model, QuerySet
+from django.forms.models import BaseInlineFormSet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
+from django.utils.functional import cached_property
 from django.utils.html import format_html
 from django.utils.text import capfirst
 from django.utils.translation import gettext as _t
@@ -34,6 +37,8 @@ PREVIEW_CHARS = 120
 MAX_OBJECTS_PER_OPERATION = 1000
 # Objects a confirmation page lists by name.
 MAX_LISTED = 100
+# Rows a read-only inline (a run's journal, signals, ...) shows on the detail page: the first ones.
+MAX_INLINE_ROWS = 1000
 
 
 def pretty(data: bytes | None) -> str:
@@ -92,6 +97,21 @@ def badge(value: str, label: str) -> str:
         "white-space:nowrap'>{}</span>", value, BADGE_COLOURS.get(value, "#6c757d"), label)
 
 
+class BoundedPaginator(Paginator):
+    """Counts at most ``count_cap`` rows (a COUNT over a LIMIT subquery), never a whole table.
+
+    Beyond the cap the changelist shows "N+" and pages up to the cap; narrow the filters to see further.
+    """
+
+    count_cap = 1000
+
+    @cached_property
+    def count(self) -> int:
+        rows = self.object_list.order_by()[: self.count_cap + 1].count()  # no sort needed to count
+        self.capped = rows > self.count_cap
+        return min(rows, self.count_cap)
+
+
 class ReadOnlyMixin:
     """Engine-owned records: viewable, never added, changed or deleted through the admin."""
 
@@ -105,9 +125,19 @@ class ReadOnlyMixin:
         return False
 
 
+class BoundedInlineFormSet(BaseInlineFormSet):
+    """Loads at most ``MAX_INLINE_ROWS`` related rows, so a run with a huge journal still opens."""
+
+    def get_queryset(self) -> QuerySet:
+        if not hasattr(self, "_bounded_queryset"):
+            self._bounded_queryset = super().get_queryset()[:MAX_INLINE_ROWS]
+        return self._bounded_queryset
+
+
 class ReadOnlyInline(ReadOnlyMixin, admin.TabularInline):
     """A read-only inline visible to whoever may view the parent (no separate view permission needed)."""
 
+    formset = BoundedInlineFormSet
     extra = 0
     max_num = 0
     can_delete = False

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
@@ -31,6 +32,7 @@ from ..models import (
 )
 from ..registry import registered_workflow_names
 from .common import (
+    BoundedPaginator,
     Operation,
     OperationsMixin,
     ReadOnlyInline,
@@ -180,6 +182,7 @@ class WorkflowAdmin(OperationsMixin, ReadOnlyMixin, admin.ModelAdmin):
     list_filter = ("status", WorkflowTypeFilter, "schedule", "created_at")
     search_fields = ("=workflow_id", "=run_id", "=idempotency_key")
     show_full_result_count = False  # no COUNT(*) over the whole table
+    paginator = BoundedPaginator  # nor over a filter's matches: counted up to a cap
     list_per_page = 50
     list_select_related = ("schedule",)
     actions = ("cancel_selected", "retry_selected", "suspend_selected", "resume_selected", "purge_selected")
@@ -232,12 +235,24 @@ class WorkflowAdmin(OperationsMixin, ReadOnlyMixin, admin.ModelAdmin):
             qs = qs.defer("input", "result", "error", "search_attributes")
         return qs
 
+    def get_search_results(self, request: HttpRequest, queryset: QuerySet, search_term: str) -> tuple[QuerySet, bool]:
+        """Exact (case-sensitive) matches on the indexed ids; ``search_fields``' ``=`` would be ``UPPER() =``."""
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        match = Q(workflow_id=term) | Q(idempotency_key=term)
+        try:
+            match |= Q(run_id=uuid.UUID(term))
+        except ValueError:
+            pass
+        return queryset.filter(match), False
+
     def status_counts(self, request: HttpRequest) -> list[dict]:
         """Runs per status, each count bounded (LIMIT) so a huge table costs no full COUNT(*)."""
         counts = []
         url = reverse("admin:django_weft_workflow_changelist")
         for value, label in RunStatus.choices:
-            count = Workflow.objects.filter(status=value)[:STATUS_COUNT_CAP + 1].count()
+            count = Workflow.objects.filter(status=value).order_by()[:STATUS_COUNT_CAP + 1].count()
             counts.append({"value": value, "label": label, "badge": badge(value, label),
                            "count": f"{STATUS_COUNT_CAP}+" if count > STATUS_COUNT_CAP else str(count),
                            "url": f"{url}?status__exact={value}"})
