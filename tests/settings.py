@@ -11,7 +11,8 @@ INSTALLED_APPS = [*INSTALLED_APPS, "tests.testapp"]
 
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     # A file (not :memory:) so subprocesses started by tests see the same SQLite test database.
-    DATABASES["default"]["TEST"] = {"NAME": str(BASE_DIR / "test_weft.sqlite3")}
+    # WEFT_SQLITE_TEST_DB lets two test runs in one checkout use separate files.
+    DATABASES["default"]["TEST"] = {"NAME": os.environ.get("WEFT_SQLITE_TEST_DB", str(BASE_DIR / "test_weft.sqlite3"))}
 if os.environ.get("WEFT_TEST_DB_NAME"):  # set for subprocesses: use the test database itself
     DATABASES["default"]["NAME"] = os.environ["WEFT_TEST_DB_NAME"]
 
