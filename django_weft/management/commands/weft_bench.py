@@ -21,11 +21,21 @@ class Command(BaseCommand):
         "started_at. commit_floor_ratio = workflows_per_second * (K + 2) / raw_commits_per_second and "
         "goal_ratio = workflows_per_second * 5 / raw_commits_per_second (goal: >= 0.6 on PostgreSQL with "
         "one worker and K=3). The last line of output is one JSON object. Runs are deleted afterwards "
-        "unless --keep. Run it on a database nothing else uses, with DEBUG off (DEBUG logs every query)."
+        "unless --keep. Run it on a database nothing else uses, with DEBUG off (DEBUG logs every query). "
+        "With --schedules N it benchmarks the schedule tick instead: it bulk-creates N active '* * * * *' "
+        "UTC schedules of 'weft.bench', all due at the same minute, times ONE fire_due_schedules() pass "
+        "just after that minute (tick_seconds, runs_started_per_second; the runs are not executed), checks "
+        "that it started exactly one run per schedule, and counts the statements it sent per schedule; "
+        "schedules, runs and occurrence rows are deleted afterwards unless --keep."
     )
 
     def add_arguments(self, parser: Any) -> None:
-        parser.add_argument("--workflows", type=int, default=1000, help="Runs to start (N, default 1000).")
+        parser.add_argument("--workflows", type=int, default=None, help="Runs to start (N, default 1000).")
+        parser.add_argument("--schedules", type=int, default=None,
+                            help="Benchmark the schedule tick with this many due schedules instead of "
+                                 "driving workflows.")
+        parser.add_argument("--profile", metavar="FILE", default=None,
+                            help="With --schedules: write a cProfile of the tick to FILE.")
         parser.add_argument("--steps", type=int, default=3, help="Activity steps per run (K, default 3).")
         parser.add_argument("--workers", type=int, default=1, help="Executor threads (W, default 1).")
         parser.add_argument("--probe-seconds", type=float, default=2.0,
@@ -35,9 +45,26 @@ class Command(BaseCommand):
                                  "(default 600).")
         parser.add_argument("--keep", action="store_true",
                             help="Keep the bench's runs instead of deleting them.")
+        parser.add_argument("--seed-runs", type=int, default=None,
+                            help="Seed N runs (types bench.seed.*) with --seed-steps journal rows each, then time "
+                                 "the run admin's changelist (unfiltered, filtered, searched) and a detail page.")
+        parser.add_argument("--seed-steps", type=int, default=10, help="With --seed-runs: journal rows per run.")
 
-    def handle(self, *args: Any, workflows: int, steps: int, workers: int, probe_seconds: float,
-               timeout: float, keep: bool, **options: Any) -> None:
+    def handle(self, *args: Any, workflows: int | None, schedules: int | None, profile: str | None, steps: int,
+               workers: int, probe_seconds: float, timeout: float, keep: bool, **options: Any) -> None:
+        if options.get("seed_runs") is not None:
+            self.handle_seed(options["seed_runs"], options["seed_steps"], keep=keep)
+            return
+        if schedules is not None:
+            if workflows is not None:
+                raise CommandError("pass --workflows or --schedules, not both")
+            self.handle_schedules(schedules=schedules, steps=steps, probe_seconds=probe_seconds, keep=keep,
+                                  profile=profile)
+            return
+        if profile is not None:
+            raise CommandError("--profile goes with --schedules")
+        if workflows is None:
+            workflows = 1000
         if workflows < 1:
             raise CommandError("--workflows must be at least 1")
         if steps < 0:
@@ -72,5 +99,50 @@ class Command(BaseCommand):
             f"drive {f['elapsed_seconds']:.2f}s: {f['workflows_per_second']:.1f} workflows/s, "
             f"{f['steps_per_second']:.0f} steps/s, p50 {f['p50_ms']:.0f} ms, p95 {f['p95_ms']:.0f} ms; "
             f"goal_ratio {f['goal_ratio']:.2f} (target {f['goal_ratio_target']})"
+        )
+        self.stdout.write(json.dumps(figures, sort_keys=False))
+
+    def handle_seed(self, runs: int, steps: int, *, keep: bool) -> None:
+        if runs < 1 or steps < 0:
+            raise CommandError("--seed-runs must be at least 1 and --seed-steps 0 or more")
+        from django_weft import bench_seed
+
+        def progress(line: str) -> None:
+            self.stderr.write(f"weft_bench: {line}")
+
+        report: dict[str, Any] = {"mode": "seed", "seed": bench_seed.seed(runs, steps, progress)}
+        report["admin"] = bench_seed.time_admin_pages(progress=progress)
+        report["cleanup"] = None if keep else bench_seed.cleanup(progress)
+        self.stdout.write(json.dumps(report, default=str))
+
+    def handle_schedules(self, *, schedules: int, steps: int, probe_seconds: float, keep: bool,
+                         profile: str | None) -> None:
+        if schedules < 1:
+            raise CommandError("--schedules must be at least 1")
+        if steps < 0:
+            raise CommandError("--steps must be 0 or more")
+        if probe_seconds <= 0:
+            raise CommandError("--probe-seconds must be positive")
+
+        from django_weft.bench import BenchError, run_schedule_bench
+
+        def progress(line: str) -> None:
+            self.stderr.write(f"weft_bench: {line}")
+
+        if settings.DEBUG:
+            progress("warning: DEBUG is on, so every query is logged; results are slower than production")
+        try:
+            figures = run_schedule_bench(schedules=schedules, steps=steps, probe_seconds=probe_seconds, keep=keep,
+                                         profile=profile, progress=progress)
+        except BenchError as exc:
+            raise CommandError(f"weft_bench: {exc}") from None
+        f = figures
+        self.stdout.write(
+            f"weft_bench: {f['vendor']}, {schedules} schedules due at {f['due_at']}; raw commits "
+            f"{f['raw_commits_per_second']:.0f}/s; created in {f['create_seconds']:.2f}s"
+        )
+        self.stdout.write(
+            f"tick {f['tick_seconds']:.2f}s: {f['runs_started']} runs started, "
+            f"{f['runs_started_per_second']:.0f} runs/s, {f['queries_per_schedule']:.1f} queries per schedule"
         )
         self.stdout.write(json.dumps(figures, sort_keys=False))
