@@ -20,9 +20,10 @@ includes the time a run queued behind the others) and ``finished_at - started_at
 from its claim to its completion).
 
 :func:`run_schedule_bench` (``--schedules N``) measures the schedule tick instead: it bulk-creates N
-active ``* * * * *`` UTC schedules of the bench workflow, all due at the same minute, then times ONE
-``fire_due_schedules(now)`` pass (just after that minute) that must start exactly one run per schedule.
-It counts the statements the tick sends, per schedule and by kind, and does not execute the runs.
+active ``* * * * *`` UTC schedules of the bench workflow, all due at the same minute (a day ahead, so a
+maintenance process on the real clock leaves them alone), then times ONE ``fire_due_schedules(now)`` pass
+acting as of just after that minute, which must start exactly one run per schedule. It counts the
+statements the tick sends, per schedule and by kind, and does not execute the runs.
 """
 
 from __future__ import annotations
@@ -346,6 +347,9 @@ SCHEDULE_PREFIX = "weft.bench.schedule"
 SCHEDULE_CRON = "* * * * *"
 # How long after the due minute the timed tick runs: well inside the tick's lateness grace.
 TICK_DELAY = timedelta(milliseconds=1)
+# The bench schedules are due this far ahead, and the tick acts as of then: a maintenance process running
+# on the real clock against the same database neither fires them nor claims their runs meanwhile.
+SCHEDULE_LEAD = timedelta(days=1)
 _FIRST_WORD = re.compile(r"\s*(\w+)")
 _TABLE = re.compile(r'\b(?:FROM|INTO|UPDATE)\s+"?(\w+)"?', re.IGNORECASE)
 
@@ -368,8 +372,9 @@ class StatementTally:
         return sum(self.kinds.values())
 
 
-def create_bench_schedules(prefix: str, count: int, steps: int, now: Any) -> list[int]:
-    """Bulk-create ``count`` active schedules of the bench workflow, all next due at the same minute.
+def create_bench_schedules(prefix: str, count: int, steps: int, now: Any, lead: timedelta = SCHEDULE_LEAD) -> list[int]:
+    """Bulk-create ``count`` active schedules of the bench workflow, all next due at the same minute, the
+    first one ``lead`` after ``now``.
 
     The cadence fields and ``next_fire_at``/``due_at`` come from the engine's own helpers (the options
     are validated by ``ScheduleSpec.check``, the due time set by ``_set_next``) exactly as
@@ -393,7 +398,7 @@ def create_bench_schedules(prefix: str, count: int, steps: int, now: Any) -> lis
                                     anchor=now, created_at=now, updated_at=now)
                 spec.apply(schedule)
                 if nominal is None:  # one cadence for all: compute the next occurrence once
-                    nominal = cadence_of(schedule).next_after(now)
+                    nominal = cadence_of(schedule).next_after(now + lead)
                 _set_next(schedule, nominal)
                 batch.append(schedule)
             Schedule.objects.bulk_create(batch)

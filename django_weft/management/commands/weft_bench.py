@@ -23,8 +23,9 @@ class Command(BaseCommand):
         "one worker and K=3). The last line of output is one JSON object. Runs are deleted afterwards "
         "unless --keep. Run it on a database nothing else uses, with DEBUG off (DEBUG logs every query). "
         "With --schedules N it benchmarks the schedule tick instead: it bulk-creates N active '* * * * *' "
-        "UTC schedules of 'weft.bench', all due at the same minute, times ONE fire_due_schedules() pass "
-        "just after that minute (tick_seconds, runs_started_per_second; the runs are not executed), checks "
+        "UTC schedules of 'weft.bench', all due at the same minute a day ahead (so a maintenance process on "
+        "the real clock leaves them alone), times ONE fire_due_schedules() pass acting as of just after that "
+        "minute (tick_seconds, runs_started_per_second; the runs are not executed), checks "
         "that it started exactly one run per schedule, and counts the statements it sent per schedule; "
         "schedules, runs and occurrence rows are deleted afterwards unless --keep."
     )
