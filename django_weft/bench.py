@@ -23,7 +23,9 @@ from its claim to its completion).
 active ``* * * * *`` UTC schedules of the bench workflow, all due at the same minute (a day ahead, so a
 maintenance process on the real clock leaves them alone), then times ONE ``fire_due_schedules(now)`` pass
 acting as of just after that minute, which must start exactly one run per schedule. It counts the
-statements the tick sends, per schedule and by kind, and does not execute the runs.
+statements the tick sends, per schedule and by kind, and does not execute the runs. On PostgreSQL the
+tables the tick touches are vacuumed (and analyzed) before the tick and after the cleanup, so one bench's
+dead rows do not slow the next where autovacuum lags or is off.
 """
 
 from __future__ import annotations
@@ -355,17 +357,24 @@ _TABLE = re.compile(r'\b(?:FROM|INTO|UPDATE)\s+"?(\w+)"?', re.IGNORECASE)
 
 
 class StatementTally:
-    """An execute wrapper that tallies statements by kind (``SELECT weft_schedule``, ``SAVEPOINT``...)."""
+    """An execute wrapper that tallies statements by kind (``SELECT weft_schedule``, ``SAVEPOINT``...) and
+    the wall time spent in them (the database's work plus the round trip, as the client sees it)."""
 
     def __init__(self) -> None:
         self.kinds: Counter = Counter()
+        self.seconds: Counter = Counter()
 
     def __call__(self, execute: Callable, sql: str, params: Any, many: bool, context: dict) -> Any:
         word = _FIRST_WORD.match(sql)
         verb = word.group(1).upper() if word else "?"
         table = _TABLE.search(sql) if verb in ("SELECT", "INSERT", "UPDATE", "DELETE") else None
-        self.kinds[f"{verb} {table.group(1)}" if table else verb] += 1
-        return execute(sql, params, many, context)
+        kind = f"{verb} {table.group(1)}" if table else verb
+        self.kinds[kind] += 1
+        began = time.perf_counter()
+        try:
+            return execute(sql, params, many, context)
+        finally:
+            self.seconds[kind] += time.perf_counter() - began
 
     @property
     def total(self) -> int:
@@ -421,6 +430,32 @@ def delete_bench_schedules(prefix: str) -> tuple[int, int]:
             runs += delete_runs(run_ids)
             schedules += Schedule.objects.filter(pk__in=ids).delete()[1].get("django_weft.Schedule", 0)
     return schedules, runs
+
+
+def vacuum_schedule_tables(using: str) -> float | None:
+    """``VACUUM ANALYZE`` the tables a tick reads and writes, on PostgreSQL; returns the seconds it took.
+
+    Every bench leaves dead rows behind (updated schedules, deleted runs); where autovacuum is slow or off,
+    the due-schedule index keeps entries of dead rows, and each page of the next tick walks them."""
+    from .models import Schedule, ScheduleOccurrence, Workflow
+
+    conn = connections[using]
+    if conn.vendor != "postgresql":
+        return None
+    tables = ", ".join(conn.ops.quote_name(model._meta.db_table) for model in (Schedule, Workflow, ScheduleOccurrence))
+    began = time.perf_counter()
+    with conn.cursor() as cursor:  # autocommit: VACUUM cannot run inside a transaction block
+        cursor.execute(f"VACUUM (ANALYZE) {tables}")
+    return time.perf_counter() - began
+
+
+def _autovacuum(using: str) -> str | None:
+    conn = connections[using]
+    if conn.vendor != "postgresql":
+        return None
+    with conn.cursor() as cursor:
+        cursor.execute("SHOW autovacuum")
+        return cursor.fetchone()[0]
 
 
 def check_schedule_runs(pks: list[int], due: Any) -> dict[str, int]:
@@ -483,6 +518,7 @@ def run_schedule_bench(*, schedules: int, steps: int = 0, probe_seconds: float =
         create_seconds = time.perf_counter() - began
         if len(pks) != schedules:
             raise BenchError(f"created {len(pks)} schedule(s), expected {schedules}")
+        vacuum_seconds = vacuum_schedule_tables(using)
         due_at = Schedule.objects.get(pk=pks[0]).due_at
         tick_now = due_at + TICK_DELAY
         others = (Schedule.objects.filter(status=ScheduleStatus.ACTIVE, due_at__isnull=False, due_at__lte=tick_now)
@@ -529,6 +565,7 @@ def run_schedule_bench(*, schedules: int, steps: int = 0, probe_seconds: float =
     finally:
         if not keep:
             delete_bench_schedules(prefix)
+            vacuum_schedule_tables(using)
 
     counts = counter.counts
 
@@ -546,6 +583,9 @@ def run_schedule_bench(*, schedules: int, steps: int = 0, probe_seconds: float =
         "cpus": os.cpu_count(),
         "debug": bool(settings.DEBUG),
         "page_size": PAGE_SIZE,
+        # PostgreSQL: the server's autovacuum setting, and the VACUUM ANALYZE run before the tick.
+        "autovacuum": _autovacuum(using),
+        "vacuum_seconds": None if vacuum_seconds is None else round(vacuum_seconds, 3),
         "raw_commits_per_second": round(raw_rate, 1),
         "probe_commits": probe_commits,
         "create_seconds": round(create_seconds, 3),
@@ -561,6 +601,10 @@ def run_schedule_bench(*, schedules: int, steps: int = 0, probe_seconds: float =
         "queries_per_schedule": per_schedule(counts["queries"]),
         "transactions": counts["commits"],
         "statements_per_schedule": {kind: per_schedule(n) for kind, n in tally.kinds.most_common()},
+        # Time inside the statements (client side, the execute wrapper included); the rest of tick_seconds
+        # is Python in this process, and the commits.
+        "statement_seconds": round(sum(tally.seconds.values()), 3),
+        "statement_seconds_by_kind": {kind: round(t, 3) for kind, t in tally.seconds.most_common()},
         **{key: value for key, value in checks.items() if key != "runs_for_bench_schedules"},
         "kept": keep,
         "schedule_prefix": prefix,

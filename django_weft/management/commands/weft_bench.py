@@ -27,7 +27,8 @@ class Command(BaseCommand):
         "the real clock leaves them alone), times ONE fire_due_schedules() pass acting as of just after that "
         "minute (tick_seconds, runs_started_per_second; the runs are not executed), checks "
         "that it started exactly one run per schedule, and counts the statements it sent per schedule; "
-        "schedules, runs and occurrence rows are deleted afterwards unless --keep."
+        "schedules, runs and occurrence rows are deleted afterwards unless --keep. On PostgreSQL the "
+        "schedule, run and occurrence tables are VACUUM ANALYZEd before the tick and after the cleanup."
     )
 
     def add_arguments(self, parser: Any) -> None:
