@@ -42,15 +42,14 @@ class Command(BaseCommand):
             self.stdout.write(f"weft_maintenance: WEFT_SCHEDULES synced (created {len(report.created)}, "
                               f"updated {len(report.updated)}, paused {len(report.paused)})")
         worker = Worker(threads=workers, interval=interval)
-        stops = 0
 
         def on_signal(signum: int, frame: Any) -> None:
-            nonlocal stops
-            stops += 1
-            if stops > 1:
-                sys.stderr.write("weft_maintenance: second signal, exiting now\n")
-                os._exit(1)
+            # A second SIGTERM/SIGINT must end the process at once whatever the main thread is blocked in,
+            # so it gets the operating system's default action rather than another Python handler.
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
             sys.stderr.write("weft_maintenance: finishing current steps (signal again to exit now)\n")
+            sys.stderr.flush()
             worker.stop()
 
         signal.signal(signal.SIGTERM, on_signal)
