@@ -55,3 +55,20 @@ def check_unregistered_open_runs(app_configs: Any = None, databases: Any = None,
              "put such runs back and retry them every minute.",
         id="weft.W001",
     )]
+
+
+@register(Tags.compatibility)
+def check_executor(app_configs: Any = None, **kwargs: Any) -> list:
+    from importlib.util import find_spec
+
+    from .conf import EXECUTORS, weft_settings
+
+    executor = weft_settings.EXECUTOR
+    if executor not in EXECUTORS:
+        return [Error(f"WEFT_EXECUTOR is {executor!r}; it must be one of {', '.join(map(repr, EXECUTORS))}.",
+                      id="weft.E002")]
+    if executor == "celery" and find_spec("celery") is None:
+        return [Error("WEFT_EXECUTOR is 'celery' but Celery is not installed.",
+                      hint="pip install 'django-weft[celery]' and define a Celery app for the project.",
+                      id="weft.E003")]
+    return []

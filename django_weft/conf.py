@@ -38,7 +38,25 @@ DEFAULTS: dict[str, Any] = {
     "SCHEDULES": {},
     # Module searched in every installed app for workflows and activities.
     "AUTODISCOVER_MODULE": "workflows",
+    # Who executes runs: "loop" (manage.py weft_maintenance) or "celery" (the task django_weft.drive,
+    # sent after commit whenever a run becomes runnable; weft_maintenance or the django_weft.maintenance
+    # task still has to run for timeouts, schedules, retention and lost deliveries).
+    "EXECUTOR": "loop",
+    # PostgreSQL: NOTIFY idle weft_maintenance loops when a run becomes runnable, so they start it at once
+    # instead of at their next poll. Ignored on other databases.
+    "NOTIFY": True,
+    # Celery queue of the django_weft tasks (None: the project's default queue).
+    "CELERY_QUEUE": None,
+    # Celery: a run that becomes runnable within this many seconds (a short sleep, a retry backoff, a
+    # delayed start) is sent with that ETA at once; later ones are sent by the maintenance pass before
+    # they are due.
+    "CELERY_ETA_HORIZON": 60.0,
+    # Celery: at most this many batch tasks per maintenance pass for runs that are due but were never
+    # delivered (lost messages, crashed workers, long timers); each one claims WEFT_CLAIM_BATCH_SIZE runs.
+    "CELERY_DISPATCH_LIMIT": 100,
 }
+
+EXECUTORS = ("loop", "celery")
 
 
 class WeftSettings:

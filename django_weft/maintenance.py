@@ -7,18 +7,20 @@ Timers, delayed starts and expired leases need no pass of their own: each sets t
 from __future__ import annotations
 
 import logging
+import math
 import os
 import socket
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.db import transaction
+from django.db.models import F
 
-from . import clock, transitions
+from . import clock, transitions, wakeups
 from .conf import weft_settings
-from .models import AsyncActivity, RunStatus, Signal, Timer, Workflow, WorkflowStep
+from .models import AsyncActivity, RunStatus, Schedule, ScheduleStatus, Signal, Timer, Workflow, WorkflowStep
 from .runtime import executor
 from .runtime.leases import LeaseKeeper
 from .schedules import fire_due_schedules, purge_history
@@ -40,6 +42,7 @@ class MaintenanceReport:
     timed_out: int = 0
     schedules_fired: int = 0  # runs started by schedule ticks
     purged: int = 0
+    dispatched: int = 0  # django_weft.drive tasks sent (WEFT_EXECUTOR = "celery")
 
     def count_claims(self, claims: list[transitions.Claim]) -> None:
         self.claimed += len(claims)
@@ -137,4 +140,72 @@ def run_maintenance(now: datetime | None = None) -> MaintenanceReport:
         report.schedules_fired = fire_due_schedules(moment)
         execute_runnable(now, report, default_owner())
         report.purged = purge_finished(moment)
+    return report
+
+
+# Runs that became runnable this recently probably have their own drive task in flight.
+DISPATCH_GRACE = timedelta(seconds=2)
+# Distinct schedule instants in the coming window that get a tick task of their own, per pass.
+MAX_TICKS_AHEAD = 20
+
+
+def dispatch_to_celery(now: datetime, window: float) -> int:
+    """Send ``django_weft.drive`` tasks for what no after-commit task covers; returns how many were sent.
+
+    * Runs that are due but unclaimed (a lost or failed send, a worker killed mid-run whose lease has
+      expired, a timer too far ahead for an ETA when it was set): batch tasks, one per
+      WEFT_CLAIM_BATCH_SIZE runs, at most WEFT_CELERY_DISPATCH_LIMIT.
+    * Waiting or delayed runs due within the next ``window`` seconds (until the next pass) that were set
+      too far ahead for an ETA then: one task each, with their ETA, so long timers fire on time too.
+    """
+    batch = weft_settings.CLAIM_BATCH_SIZE
+    limit = weft_settings.CELERY_DISPATCH_LIMIT
+    due = len(Workflow.objects.runnable(now - DISPATCH_GRACE).values_list("pk", flat=True)[: limit * batch])
+    sent = sum(wakeups.send_drive(None) for _ in range(math.ceil(due / batch)))
+    horizon = timedelta(seconds=weft_settings.CELERY_ETA_HORIZON)
+    upcoming = (
+        Workflow.objects.filter(status__in=[RunStatus.WAITING, RunStatus.PENDING], runnable_at__gt=now,
+                                runnable_at__lte=now + timedelta(seconds=window))
+        .filter(runnable_at__gt=F("updated_at") + horizon)
+        .order_by("runnable_at").values_list("pk", "runnable_at")[: limit * batch]
+    )
+    sent += sum(wakeups.send_drive(run_id, eta) for run_id, eta in upcoming)
+    return sent
+
+
+def tick_ahead(now: datetime, window: float) -> int:
+    """Send ``django_weft.tick`` tasks with ETAs for the schedule instants of the next ``window`` seconds:
+    a beat-driven pass every few seconds alone would start their runs late (and late counts as missed)."""
+    from .tasks import tick
+
+    instants = (
+        Schedule.objects.filter(status=ScheduleStatus.ACTIVE, due_at__gt=now,
+                                due_at__lte=now + timedelta(seconds=window))
+        .order_by("due_at").values_list("due_at", flat=True).distinct()[:MAX_TICKS_AHEAD]
+    )
+    sent = 0
+    for instant in instants:
+        options = {"eta": instant, "ignore_result": True}
+        if weft_settings.CELERY_QUEUE:
+            options["queue"] = weft_settings.CELERY_QUEUE
+        try:
+            tick.apply_async(**options)
+        except Exception:
+            logger.exception("could not send django_weft.tick for %s; the next pass ticks", instant)
+            continue
+        sent += 1
+    return sent
+
+
+def maintenance_pass(now: datetime, *, window: float, purge: bool = True) -> MaintenanceReport:
+    """Everything but executing runs: time out runs past their deadline, tick due schedules, apply
+    retention (``purge``) and, with WEFT_EXECUTOR = "celery", deliver what no task covers (see
+    :func:`dispatch_to_celery`). ``window`` is the time until the next pass, in seconds."""
+    report = MaintenanceReport()
+    report.timed_out = time_out_expired(now)
+    report.schedules_fired = fire_due_schedules(now)
+    if wakeups.celery_executes():
+        report.dispatched = dispatch_to_celery(now, window)
+    if purge:
+        report.purged = purge_finished(now)
     return report

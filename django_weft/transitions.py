@@ -21,7 +21,7 @@ from django.db import transaction
 from django.db.models import Case, F, Value, When
 from django.db.models.functions import Coalesce
 
-from . import journal, signals
+from . import journal, signals, wakeups
 from .conf import weft_settings
 from .exceptions import FencingError, TaskTokenAlreadyUsed, TransitionNotAllowed, WorkflowNotFound
 from .models import (
@@ -80,6 +80,7 @@ def insert_run(run: Workflow, *, delayed_until: datetime | None) -> Workflow:
     run.save(force_insert=True)
     if delayed_until is not None:
         Timer.objects.create(run=run, purpose="delayed_start", fire_at=delayed_until)
+    wakeups.runnable(run.pk, run.runnable_at, run.created_at)
     _send_on_commit(signals.workflow_started, run)
     return run
 
@@ -107,15 +108,15 @@ class Claim:
     deferred: list[journal.JournalWrite] = field(default_factory=list)
 
 
-def claim(owner: str, now: datetime, limit: int) -> list[Claim]:
-    """Take up to ``limit`` runnable runs (due timers, delayed starts, expired leases) for ``owner``."""
+def claim(owner: str, now: datetime, limit: int, *, run_id: Any = None) -> list[Claim]:
+    """Take up to ``limit`` runnable runs (due timers, delayed starts, expired leases) for ``owner``;
+    with ``run_id``, that run only, if it is runnable."""
     with transaction.atomic():
+        runnable = Workflow.objects.runnable(now)
+        if run_id is not None:
+            runnable = runnable.filter(pk=run_id)
         # SKIP LOCKED: concurrent claimers take disjoint pages instead of queueing on the same rows.
-        rows = list(
-            Workflow.objects.runnable(now)
-            .order_by("runnable_at")
-            .select_for_update(skip_locked=True)[:limit]
-        )
+        rows = list(runnable.order_by("runnable_at").select_for_update(skip_locked=True)[:limit])
         if not rows:
             return []
         Workflow.objects.filter(pk__in=[r.pk for r in rows]).update(
@@ -201,6 +202,14 @@ def park(claim: Claim, now: datetime, *, wake_at: datetime | None, reason: str,
             _lock_owners(claim.run.schedule_id, claim.run.parent_id)
         _fenced_write(claim, now, writes, status=S.WAITING, runnable_at=runnable_at, wait_reason=reason[:255],
                       lease_owner="", awaiting_signals=list(awaiting_signals))
+        if wake_at is not None:
+            wakeups.runnable(claim.run.pk, wake_at, now)
+        if wakeups.celery_executes() and Workflow.objects.filter(
+            pk=claim.run.pk, inbox_seq__gt=claim.inbox_seen
+        ).exists():
+            # Woken while it replayed. A loop's executor claims again at once and finds it; a Celery task
+            # has ended, so another is sent.
+            wakeups.runnable(claim.run.pk, now, now)
         if claim.run.parent_id is not None and Workflow.objects.filter(
             pk=claim.run.pk, cancel_requested_at__isnull=False
         ).exists():
@@ -225,6 +234,7 @@ def release(claim: Claim, now: datetime, *, retry_at: datetime | None = None, re
         _fenced_write(claim, now, runnable_at=retry_at or now, lease_owner="", wait_reason=reason[:255])
     except FencingError:
         return False
+    wakeups.runnable(claim.run.pk, retry_at or now, now)
     return True
 
 
@@ -279,6 +289,7 @@ def record_event(run: Workflow, now: datetime, *, wakes: bool) -> int:
     fields: dict[str, Any] = {"inbox_seq": run.inbox_seq, "updated_at": now}
     if wakes and run.status == S.WAITING:
         fields.update(runnable_at=now, awaiting_signals=[])
+        wakeups.runnable(run.pk, now, now)
     Workflow.objects.filter(pk=run.pk).update(**fields)
     return run.inbox_seq
 
@@ -422,6 +433,7 @@ def resume(run_id: Any, now: datetime) -> Workflow:
         Workflow.objects.filter(pk=run.pk).update(
             status=S.RUNNING, runnable_at=now, wait_reason="", updated_at=now,
         )
+        wakeups.runnable(run.pk, now, now)
     run.refresh_from_db()
     return run
 
@@ -459,5 +471,6 @@ def retry_failed(run_id: Any, now: datetime) -> Workflow:
             error=None, result=None, finished_at=None, cancel_requested_at=None, awaiting_signals=[],
             updated_at=now,
         )
+        wakeups.runnable(run.pk, now, now)
     run.refresh_from_db()
     return run

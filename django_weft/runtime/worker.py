@@ -1,8 +1,10 @@
 """The long-running loop behind ``manage.py weft_maintenance``.
 
 N executor threads claim runnable runs and drive them; a LeaseKeeper renews the leases of the runs they
-hold; the calling thread runs the periodic maintenance (execution timeouts, retention). Stopping
-lets every executor finish the step it is in, hands its remaining runs back, and returns.
+hold; the calling thread runs the periodic maintenance (execution timeouts, schedules, retention, and
+with Celery executing, deliveries no task covers). On PostgreSQL a Listener wakes idle executors as soon
+as a run becomes runnable. Stopping lets every executor finish the step it is in, hands its remaining runs
+back, and returns. With no executor threads (``--no-execute``) it is the maintenance loop alone.
 """
 
 from __future__ import annotations
@@ -13,15 +15,15 @@ import time
 from collections import Counter
 from datetime import datetime
 
-from django.db import close_old_connections, connections
+from django.db import close_old_connections, connections, router
 
 from .. import clock, transitions
 from ..conf import weft_settings
-from ..maintenance import default_owner, purge_finished, time_out_expired
+from ..maintenance import default_owner, maintenance_pass
 from ..models import Schedule, ScheduleStatus, Workflow
-from ..schedules import fire_due_schedules
 from . import executor
 from .leases import LeaseKeeper
+from .listener import Doorbell, Listener
 
 logger = logging.getLogger("django_weft.worker")
 
@@ -33,18 +35,24 @@ RETENTION_EVERY_SECONDS = 60.0
 
 class Worker:
     def __init__(self, *, threads: int = 1, interval: float | None = None) -> None:
-        if threads < 1:
-            raise ValueError("a worker needs at least one executor thread")
+        if threads < 0:
+            raise ValueError("executor threads cannot be negative")
         self.threads = threads
         self.interval = weft_settings.POLL_INTERVAL if interval is None else interval
         self.stop_event = threading.Event()
         self.outcomes: Counter = Counter()
         self._leases = LeaseKeeper()
+        self.bell = Doorbell()
+        self.listener: Listener | None = None
+        alias = router.db_for_write(Workflow)
+        if threads and weft_settings.NOTIFY and connections[alias].vendor == "postgresql":
+            self.listener = Listener(alias, self.bell, self.stop_event)
 
     # --- control -------------------------------------------------------------------------------------
 
     def stop(self) -> None:
         self.stop_event.set()
+        self.bell.ring()  # idle executors wait on the bell, not on stop_event
 
     @property
     def stopping(self) -> bool:
@@ -58,6 +66,8 @@ class Worker:
         ]
         # The lease keeper outlives stop(): executors still finishing a step must keep their leases.
         with self._leases:
+            if self.listener is not None:
+                self.listener.start()
             for thread in workers:
                 thread.start()
             try:
@@ -66,6 +76,8 @@ class Worker:
                 self.stop()
                 for thread in workers:
                     thread.join()
+                if self.listener is not None:
+                    self.listener.join()
                 connections.close_all()
 
     # --- loops ---------------------------------------------------------------------------------------
@@ -76,18 +88,13 @@ class Worker:
             try:
                 close_old_connections()
                 now = clock.now()
-                timed_out = time_out_expired(now)
-                if timed_out:
-                    logger.info("timed out %d run(s)", timed_out)
-                fired = fire_due_schedules(now)
-                if fired:
-                    logger.info("schedules started %d run(s)", fired)
                 stamp = now.timestamp()
-                if last_purge is None or stamp - last_purge >= RETENTION_EVERY_SECONDS:
-                    purged = purge_finished(now)
+                purge = last_purge is None or stamp - last_purge >= RETENTION_EVERY_SECONDS
+                report = maintenance_pass(now, window=self.interval, purge=purge)
+                if purge:
                     last_purge = stamp
-                    if purged:
-                        logger.info("retention deleted %d finished run(s)", purged)
+                if report.timed_out or report.schedules_fired or report.purged or report.dispatched:
+                    logger.info("maintenance: %s", report)
             except Exception:
                 logger.exception("maintenance pass failed; retrying")
             self.stop_event.wait(self._next_tick_delay())
@@ -96,6 +103,7 @@ class Worker:
         owner = default_owner()
         try:
             while not self.stopping:
+                rung = self.bell.generation  # a ring from here on cuts the idle wait short
                 try:
                     claims = transitions.claim(owner, clock.now(), weft_settings.CLAIM_BATCH_SIZE)
                 except Exception:
@@ -104,7 +112,7 @@ class Worker:
                     self.stop_event.wait(ERROR_BACKOFF_SECONDS)
                     continue
                 if not claims:
-                    self.stop_event.wait(self._idle_delay())
+                    self.bell.wait(rung, self._idle_delay())
                     # Only an idle thread recycles its connection (CONN_MAX_AGE); a busy one keeps it.
                     close_old_connections()
                     continue

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from importlib.util import find_spec
 from pathlib import Path
 
 from .database import database_from_env
@@ -23,6 +24,8 @@ INSTALLED_APPS = [
     "django_weft",
     "demo",
 ]
+if find_spec("django_celery_beat"):  # the celery extra: `weft_maintenance --install-beat` writes its tables
+    INSTALLED_APPS.append("django_celery_beat")
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
@@ -68,6 +71,20 @@ WEFT_SCHEDULES = {
     "demo-pipeline": {"workflow": "demo.pipeline", "input": "scheduled.csv", "cron": "*/5 * * * *",
                       "timezone": "Europe/Berlin", "overlap": "skip"},
 }
+
+# Who executes runs: the weft_maintenance loop (default) or Celery workers (WEFT_EXECUTOR=celery).
+WEFT_EXECUTOR = os.environ.get("WEFT_EXECUTOR", "loop")
+# PostgreSQL LISTEN/NOTIFY wake-ups for idle loops (WEFT_NOTIFY=0 turns them off, for comparison).
+WEFT_NOTIFY = os.environ.get("WEFT_NOTIFY", "1") == "1"
+
+# Celery (only with WEFT_EXECUTOR=celery): e.g. CELERY_BROKER_URL=amqp://guest:guest@127.0.0.1:5672//
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "memory://")
+CELERY_TASK_ALWAYS_EAGER = os.environ.get("CELERY_TASK_ALWAYS_EAGER") == "1"
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TIMEZONE = "UTC"
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 
 LOGGING = {
     "version": 1,

@@ -9,8 +9,11 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from django_weft import clock
+from django_weft.beat import install_beat
 from django_weft.conf import weft_settings
-from django_weft.maintenance import run_maintenance
+from django_weft.exceptions import ConfigurationError
+from django_weft.maintenance import maintenance_pass, run_maintenance
 from django_weft.runtime.worker import Worker
 from django_weft.schedules import sync_schedules
 
@@ -27,21 +30,37 @@ class Command(BaseCommand):
         parser.add_argument("--workers", type=int, default=1, help="Executor threads (default 1).")
         parser.add_argument("--interval", type=float, default=None,
                             help="Seconds between polls when idle (default WEFT_POLL_INTERVAL).")
+        parser.add_argument("--no-execute", action="store_true",
+                            help="Maintenance only (timeouts, schedules, retention, Celery deliveries); "
+                                 "execute no runs. For projects where Celery executes (WEFT_EXECUTOR).")
+        parser.add_argument("--install-beat", action="store_true",
+                            help="Create or update the django-celery-beat periodic task that runs the "
+                                 "maintenance pass as the Celery task django_weft.maintenance, and exit.")
+        parser.add_argument("--every", type=int, default=5,
+                            help="With --install-beat: seconds between maintenance passes (default 5).")
 
-    def handle(self, *args: Any, once: bool, workers: int, interval: float | None, **options: Any) -> None:
+    def handle(self, *args: Any, once: bool, workers: int, interval: float | None, no_execute: bool,
+               install_beat: bool, every: int, **options: Any) -> None:
+        if install_beat:
+            self.handle_install_beat(every)
+            return
         if workers < 1:
             raise CommandError("--workers must be at least 1")
         if interval is not None and interval <= 0:
             raise CommandError("--interval must be positive")
         if once:
-            report = run_maintenance()
+            if no_execute:
+                now = clock.now()
+                report = maintenance_pass(now, window=interval or weft_settings.POLL_INTERVAL)
+            else:
+                report = run_maintenance()
             self.stdout.write(f"weft_maintenance: {report}")
             return
         if weft_settings.SCHEDULES:
             report = sync_schedules()
             self.stdout.write(f"weft_maintenance: WEFT_SCHEDULES synced (created {len(report.created)}, "
                               f"updated {len(report.updated)}, paused {len(report.paused)})")
-        worker = Worker(threads=workers, interval=interval)
+        worker = Worker(threads=0 if no_execute else workers, interval=interval)
 
         def on_signal(signum: int, frame: Any) -> None:
             # A second SIGTERM/SIGINT must end the process at once whatever the main thread is blocked in,
@@ -54,7 +73,21 @@ class Command(BaseCommand):
 
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
-        self.stdout.write(f"weft_maintenance: running with {workers} executor thread(s); pid {os.getpid()}")
+        what = "maintenance only (--no-execute)" if no_execute else f"{workers} executor thread(s)"
+        wakeups = "LISTEN/NOTIFY wake-ups" if worker.listener is not None else f"polling every {worker.interval}s"
+        self.stdout.write(f"weft_maintenance: running with {what}, {wakeups}; pid {os.getpid()}")
         self.stdout.flush()
         worker.run()
         self.stdout.write(f"weft_maintenance: stopped ({dict(worker.outcomes)})")
+
+    def handle_install_beat(self, every: int) -> None:
+        if every < 1:
+            raise CommandError("--every must be at least 1 second")
+        try:
+            result = install_beat(every)
+        except ConfigurationError as exc:
+            raise CommandError(str(exc)) from exc
+        verb = "created" if result.created else "updated"
+        self.stdout.write(f"weft_maintenance: {verb} the django-celery-beat periodic task 'django_weft "
+                          f"maintenance' (task django_weft.maintenance every {every}s); run beat with "
+                          "--scheduler django_celery_beat.schedulers:DatabaseScheduler")

@@ -1,0 +1,42 @@
+"""The Celery tasks of django_weft (``WEFT_EXECUTOR = "celery"``); Celery's autodiscovery finds them.
+
+* ``django_weft.drive``: execute one run (or a batch); sent after commit whenever a run becomes runnable.
+* ``django_weft.maintenance``: the maintenance pass; ``manage.py weft_maintenance --install-beat`` makes
+  django-celery-beat send it every few seconds.
+* ``django_weft.tick``: a schedule tick at an exact instant, sent ahead by the maintenance pass.
+
+Each task is safe to run twice or late: runs are claimed through the fenced claim, schedules through
+``SKIP LOCKED`` rows. Importing this module needs Celery; nothing else in django_weft does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import shared_task
+
+from . import clock
+
+
+@shared_task(name="django_weft.drive", ignore_result=True)
+def drive(run_id: str | None = None) -> dict[str, int]:
+    from .runtime.drive import drive_runs
+
+    return dict(drive_runs(run_id))
+
+
+@shared_task(name="django_weft.maintenance", ignore_result=True)
+def maintenance(every: float = 5.0) -> dict[str, Any]:
+    from .maintenance import maintenance_pass, tick_ahead
+
+    now = clock.now()
+    report = maintenance_pass(now, window=every).as_dict()
+    report["ticks_sent"] = tick_ahead(now, every)
+    return report
+
+
+@shared_task(name="django_weft.tick", ignore_result=True)
+def tick() -> int:
+    from .schedules import fire_due_schedules
+
+    return fire_due_schedules(clock.now())
