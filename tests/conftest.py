@@ -3,6 +3,8 @@ from __future__ import annotations
 import pytest
 from django.db import connection
 
+from tests.procs import maintenance, processes  # noqa: F401  (fixtures for the subprocess tests)
+
 pytest_plugins = ["django_weft.testing"]
 
 

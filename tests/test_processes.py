@@ -6,14 +6,10 @@ subprocess is killed when the test ends, whatever happened. Failure messages car
 output.
 """
 
-import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pytest
@@ -23,146 +19,18 @@ from django.utils import timezone
 
 import django_weft as weft
 from django_weft.models import RunStatus, Timer, Workflow, WorkflowStep
+from tests.procs import (
+    SHORT_LEASE,
+    assert_ran_in,
+    journal,
+    outputs,
+    run_once,
+    wait_until,
+)
 from tests.testapp.models import Execution
 from tests.testapp.workflows import executions
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
-MANAGE = "testproject/manage.py"
-# A short lease, so that a killed process's run is recovered within seconds.
-SHORT_LEASE = {"WEFT_LEASE_SECONDS": "3", "WEFT_HEARTBEAT_SECONDS": "1"}
-POLL = 0.05
-
-
-# --- subprocess plumbing -------------------------------------------------------------------------------
-
-
-class Maintenance:
-    """One ``manage.py weft_maintenance`` subprocess on the test database, its output kept in files."""
-
-    def __init__(self, name: str, directory: Path, args: Iterable[str], env: dict[str, str]) -> None:
-        self.name = name
-        self.stdout_path = directory / f"{name}.stdout"
-        self.stderr_path = directory / f"{name}.stderr"
-        full_env = {
-            **os.environ,  # DATABASE_URL (or its absence) passes through
-            "DJANGO_SETTINGS_MODULE": "tests.settings",
-            "WEFT_TEST_DB_NAME": str(connection.settings_dict["NAME"]),
-            "PYTHONUNBUFFERED": "1",
-            **env,
-        }
-        with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
-            self.popen = subprocess.Popen(
-                [sys.executable, MANAGE, "weft_maintenance", *args],
-                cwd=REPO_ROOT, env=full_env, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-            )
-
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
-
-    @property
-    def alive(self) -> bool:
-        return self.popen.poll() is None
-
-    def stdout(self) -> str:
-        return self.stdout_path.read_text(errors="replace")
-
-    def stderr(self) -> str:
-        return self.stderr_path.read_text(errors="replace")
-
-    def output(self) -> str:
-        return (f"--- {self.name} (pid {self.pid}, exit code {self.popen.poll()}) stdout:\n{self.stdout()}"
-                f"--- {self.name} stderr:\n{self.stderr()}")
-
-    def send(self, signum: int) -> None:
-        assert self.alive, f"{self.name} exited before it could be sent signal {signum}\n{self.output()}"
-        self.popen.send_signal(signum)
-
-    def wait(self, timeout: float) -> int:
-        """The exit code; fails the test if the process is still running after ``timeout`` seconds."""
-        try:
-            return self.popen.wait(timeout)
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"{self.name} did not exit within {timeout}s\n{self.output()}")
-
-    def kill(self) -> None:
-        if self.alive:
-            self.popen.kill()
-        try:
-            self.popen.wait(10)
-        except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL cannot be ignored
-            pass
-
-
-@pytest.fixture
-def maintenance(tmp_path: Path):
-    """``maintenance(name, *args, **env)`` starts a weft_maintenance subprocess; all are killed at the end.
-
-    The ``django_db`` machinery is set up by autouse fixtures before this one, so it is torn down after
-    it: processes are dead before the test database is flushed.
-    """
-    started: list[Maintenance] = []
-
-    def start(name: str, *args: str, **env: str) -> Maintenance:
-        proc = Maintenance(name, tmp_path, args, env)
-        started.append(proc)
-        return proc
-
-    try:
-        yield start
-    finally:
-        for proc in started:
-            proc.kill()
-
-
-def outputs(procs: Iterable[Maintenance]) -> str:
-    return "\n".join(proc.output() for proc in procs)
-
-
-def wait_until(predicate: Callable[[], object], what: str, timeout: float,
-               procs: Iterable[Maintenance] = (), describe: Callable[[], str] = lambda: "") -> None:
-    """Poll ``predicate`` until it is true; fail (with the processes' output) at the deadline, or at once
-    if one of ``procs`` (which must keep running meanwhile) exits."""
-    procs = list(procs)
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        for proc in procs:
-            if not proc.alive:
-                pytest.fail(f"{proc.name} exited while waiting for {what}\n{describe()}\n{outputs(procs)}")
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}\n{describe()}\n{outputs(procs)}")
-        time.sleep(POLL)
-
-
-def run_once(name: str, tmp_path: Path, timeout: float = 60, **env: str) -> Maintenance:
-    """Run ``weft_maintenance --once`` to completion; fail unless it exits with 0."""
-    proc = Maintenance(name, tmp_path, ["--once"], env)
-    try:
-        code = proc.wait(timeout)
-    finally:
-        proc.kill()
-    assert code == 0, f"{name} exited with {code}\n{proc.output()}"
-    return proc
-
-
-def journal(run_id: object) -> list[tuple[int, str, str, str]]:
-    """The run's journal as (seq, kind, name, status), in seq order."""
-    return list(WorkflowStep.objects.filter(run_id=run_id).order_by("seq")
-                .values_list("seq", "kind", "name", "status"))
-
-
-def pids_of(key: str) -> list[int]:
-    return list(Execution.objects.filter(key=key).order_by("id").values_list("pid", flat=True))
-
-
-def assert_ran_in(key: str, *expected: Maintenance) -> None:
-    """Activity executions marked ``key`` happened once in each of ``expected``, in that order."""
-    names = {proc.pid: proc.name for proc in expected}
-    actual = [names.get(pid, f"pid {pid}") for pid in pids_of(key)]
-    assert actual == [proc.name for proc in expected], (
-        f"{key!r} executed in {actual}, expected in {[proc.name for proc in expected]}")
 
 
 def crash_spec(key: str, release: Path, max_wait: float = 60) -> dict:

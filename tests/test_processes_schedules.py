@@ -45,7 +45,7 @@ from django_weft.models import (
     Workflow,
     WorkflowStep,
 )
-from tests.test_processes import SHORT_LEASE, Maintenance, maintenance, outputs, wait_until  # noqa: F401
+from tests.procs import SHORT_LEASE, Maintenance, outputs, wait_until
 from tests.testapp.models import Execution
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -59,7 +59,7 @@ MISSED = (OccurrenceOutcome.MISSED, OccurrenceOutcome.OUTSIDE_CATCHUP)
 # --- helpers -----------------------------------------------------------------------------------------------
 
 
-def start_processes(maintenance, names: list[str], **env: str) -> list[Maintenance]:  # noqa: F811
+def start_processes(maintenance, names: list[str], **env: str) -> list[Maintenance]:
     procs = [maintenance(name, "--workers", "2", "--interval", "0.2", **env) for name in names]
     wait_until(lambda: all("running with" in proc.stdout() for proc in procs),
                f"{len(procs)} process(es) to start", 60, procs)
@@ -243,7 +243,7 @@ def executions_per_pid() -> dict[int, int]:
 # --- tests ---------------------------------------------------------------------------------------------------
 
 
-def test_three_processes_tick_200_schedules_without_duplicates_or_gaps(postgres_only, maintenance):  # noqa: F811
+def test_three_processes_tick_200_schedules_without_duplicates_or_gaps(postgres_only, maintenance):
     procs = start_processes(maintenance, ["proc0", "proc1", "proc2"])
     create_schedules()
     keep_running(14, procs)
@@ -252,7 +252,7 @@ def test_three_processes_tick_200_schedules_without_duplicates_or_gaps(postgres_
     report("3 processes", check_schedules(bounds, procs))
 
 
-def test_a_process_killed_mid_way_and_restarted_loses_and_doubles_no_occurrence(postgres_only, maintenance):  # noqa: F811
+def test_a_process_killed_mid_way_and_restarted_loses_and_doubles_no_occurrence(postgres_only, maintenance):
     # A short lease, so that runs the killed process held are taken over within seconds.
     procs = start_processes(maintenance, ["proc0", "proc1", "proc2"], **SHORT_LEASE)
     create_schedules()

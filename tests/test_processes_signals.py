@@ -29,8 +29,7 @@ import django_weft as weft
 from django_weft import client, transitions
 from django_weft.codec import decode
 from django_weft.models import AsyncActivity, AsyncStatus, RunStatus, Signal, Timer, Workflow
-from tests import test_processes
-from tests.test_processes import (
+from tests.procs import (
     REPO_ROOT,
     SHORT_LEASE,
     journal,
@@ -44,8 +43,6 @@ from tests.testapp.models import Execution
 from tests.testapp.workflows import executions
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-maintenance = test_processes.maintenance  # the fixture: ``maintenance(name, *args, **env)`` starts a process
 
 RACERS = 16
 WORKFLOW_ID = "same"
@@ -148,7 +145,7 @@ print(json.dumps({"index": index, "outcome": result.outcome, "run_id": str(resul
 
 
 class Racer:
-    """One ``python -c RACER_SCRIPT`` subprocess; quacks like test_processes.Maintenance for wait_until."""
+    """One ``python -c RACER_SCRIPT`` subprocess; quacks like tests.procs.Maintenance for wait_until."""
 
     def __init__(self, index: int, directory: Path, count: int, signal_id: str) -> None:
         self.name = f"racer-{index}"
