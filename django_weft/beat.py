@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from django.apps import apps
 from django.db import transaction
 
+from .conf import weft_settings
 from .exceptions import ConfigurationError
 
 PERIODIC_TASK_NAME = "django_weft maintenance"
@@ -43,6 +44,7 @@ def install_beat(every: int) -> BeatInstall:
                 "solar": None,
                 "clocked": None,
                 "kwargs": json.dumps({"every": every}),
+                "queue": weft_settings.CELERY_QUEUE or None,
                 "enabled": True,
                 "one_off": False,
             },

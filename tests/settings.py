@@ -21,3 +21,6 @@ WEFT_HEARTBEAT_SECONDS = float(os.environ.get("WEFT_HEARTBEAT_SECONDS", "10"))
 WEFT_SCHEDULES: dict = {}  # tests create their own schedules
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 LOGGING = {"version": 1, "disable_existing_loggers": False}
+# The real-broker tests (tests/test_celery_broker.py) use the machine's RabbitMQ unless told otherwise;
+# nothing is sent unless a test sets WEFT_EXECUTOR = "celery".
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "amqp://guest:guest@127.0.0.1:5672//")

@@ -77,6 +77,8 @@ WEFT_EXECUTOR = os.environ.get("WEFT_EXECUTOR", "loop")
 # PostgreSQL LISTEN/NOTIFY wake-ups for idle loops (WEFT_NOTIFY=0 turns them off, for comparison).
 WEFT_NOTIFY = os.environ.get("WEFT_NOTIFY", "1") == "1"
 
+WEFT_CELERY_QUEUE = os.environ.get("WEFT_CELERY_QUEUE") or None
+
 # Celery (only with WEFT_EXECUTOR=celery): e.g. CELERY_BROKER_URL=amqp://guest:guest@127.0.0.1:5672//
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "memory://")
 CELERY_TASK_ALWAYS_EAGER = os.environ.get("CELERY_TASK_ALWAYS_EAGER") == "1"

@@ -1,0 +1,222 @@
+"""WEFT_EXECUTOR = "celery" in one process: which ``django_weft`` tasks are sent, when, and what they do.
+
+Celery runs eagerly here (``task_always_eager``: a task runs in the sending thread at ``apply_async``), or
+sends are recorded instead of made. The same paths against a real broker, worker and beat are in
+tests/test_celery_broker.py. Data is committed (``transaction=True``): tasks are sent after commit.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from celery import current_app
+from django.core.management import call_command
+from django.core.management.base import CommandError, SystemCheckError
+from django.db import transaction
+from django.test import override_settings
+from django_celery_beat.models import IntervalSchedule, PeriodicTask
+
+import django_weft as weft
+from django_weft import tasks
+from django_weft.models import RunStatus, Schedule, Workflow
+from django_weft.testing import WeftTestEnv
+from tests.testapp.workflows import executions
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+QUEUE = "weft-test-queue"
+
+
+@pytest.fixture
+def celery_executes():
+    with override_settings(WEFT_EXECUTOR="celery", WEFT_CELERY_QUEUE=QUEUE):
+        yield
+
+
+@pytest.fixture
+def eager(celery_executes):
+    """Tasks run in this thread when sent."""
+    previous = current_app.conf.task_always_eager
+    current_app.conf.task_always_eager = True
+    try:
+        yield
+    finally:
+        current_app.conf.task_always_eager = previous
+
+
+class Sent:
+    """Records ``apply_async`` calls of django_weft's tasks instead of sending them."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, *, fail: bool = False) -> None:
+        self.calls: list[tuple[str, list, dict]] = []
+        self.fail = fail
+        for task in (tasks.drive, tasks.tick):
+            monkeypatch.setattr(task, "apply_async", self._recorder(task.name))
+
+    def _recorder(self, name: str) -> Any:
+        def apply_async(args: Any = None, kwargs: Any = None, **options: Any) -> None:
+            if self.fail:
+                raise ConnectionError("broker unreachable")
+            self.calls.append((name, list(args or []), options))
+        return apply_async
+
+    def drives(self) -> list[tuple[str | None, Any]]:
+        return [(args[0], options.get("eta")) for name, args, options in self.calls if name == "django_weft.drive"]
+
+
+@pytest.fixture
+def sent(celery_executes, monkeypatch):
+    return Sent(monkeypatch)
+
+
+def test_a_start_is_executed_by_the_drive_task_sent_after_commit(eager):
+    handle = weft.start("test.steps", {"key": "celery", "count": 3})
+    run = handle.refresh()
+    assert run.status == RunStatus.COMPLETED, (run.status, run.error)
+    assert handle.result(timeout=0) == ["CELERY:0", "CELERY:1", "CELERY:2"]
+    assert [executions(f"celery:{i}") for i in range(3)] == [1, 1, 1]
+
+
+def test_drive_is_sent_once_per_committed_start_to_the_configured_queue_and_never_for_a_rollback(sent):
+    with pytest.raises(RuntimeError), transaction.atomic():
+        weft.start("test.steps", {"key": "rolled-back", "count": 1})
+        raise RuntimeError("the view failed after starting")
+    assert sent.calls == []
+    assert not Workflow.objects.exists()
+
+    handle = weft.start("test.steps", {"key": "committed", "count": 1})
+    assert sent.calls == [("django_weft.drive", [str(handle.run_id)], {"ignore_result": True, "queue": QUEUE})]
+    assert handle.status == RunStatus.PENDING  # recorded, not executed
+
+
+def test_a_signal_wakes_the_waiting_run_through_a_drive_task(eager):
+    handle = weft.start("test.approval", "signalled")
+    assert handle.refresh().status == RunStatus.WAITING
+    assert executions("signalled:after") == 0
+
+    weft.signal(handle.workflow_id, "approval", "yes")
+
+    assert handle.refresh().status == RunStatus.COMPLETED
+    assert handle.result(timeout=0) == "yes"
+    assert (executions("signalled:before"), executions("signalled:after")) == (1, 1)
+
+
+def test_a_short_sleep_is_sent_with_its_eta_and_an_early_delivery_changes_nothing(sent):
+    handle = weft.start("test.steps", {"key": "nap", "count": 2, "sleep": 5})
+    [(run_id, eta)] = sent.drives()
+    assert (run_id, eta) == (str(handle.run_id), None)
+
+    assert tasks.drive(run_id) == {"waiting": 1}
+    run = handle.refresh()
+    assert run.status == RunStatus.WAITING
+    [(again, wake_eta)] = sent.drives()[1:]
+    assert again == str(handle.run_id)
+    assert wake_eta == run.runnable_at  # the durable timer's instant
+
+    # The ETA message delivered early (a clock skew, a worker that ignores ETAs) finds nothing to do.
+    assert tasks.drive(run_id) == {"not_runnable": 1}
+    assert handle.refresh().status == RunStatus.WAITING
+    assert executions("nap:1") == 0
+
+
+def test_duplicate_deliveries_for_a_finished_run_are_harmless(eager):
+    handle = weft.start("test.steps", {"key": "dup", "count": 1})
+    assert handle.status == RunStatus.COMPLETED
+    assert tasks.drive(str(handle.run_id)) == {"not_runnable": 1}
+    assert tasks.drive(None) == {"not_runnable": 1}
+    assert executions("dup:0") == 1
+
+
+def test_a_lost_delivery_is_logged_and_the_maintenance_pass_delivers_the_run(celery_executes, monkeypatch,
+                                                                             caplog):
+    failing = Sent(monkeypatch, fail=True)
+    with caplog.at_level(logging.ERROR, logger="django_weft.wakeups"):
+        handle = weft.start("test.steps", {"key": "lost", "count": 2})
+    assert failing.calls == []
+    assert handle.status == RunStatus.PENDING  # the start committed although the broker did not answer
+    assert f"could not send django_weft.drive for run {handle.run_id}" in caplog.text
+
+    monkeypatch.undo()
+    with override_settings(WEFT_EXECUTOR="celery"):
+        current_app.conf.task_always_eager = True
+        try:
+            with WeftTestEnv(handle.refresh().created_at + timedelta(seconds=10)):
+                report = tasks.maintenance(every=5)
+        finally:
+            current_app.conf.task_always_eager = False
+    assert report["dispatched"] == 1
+    assert handle.refresh().status == RunStatus.COMPLETED
+    assert [executions("lost:0"), executions("lost:1")] == [1, 1]
+
+
+def test_a_timer_beyond_the_eta_horizon_is_sent_ahead_by_the_maintenance_pass(sent):
+    handle = weft.start("test.long_sleep")
+    tasks.drive(str(handle.run_id))
+    run = handle.refresh()
+    assert run.status == RunStatus.WAITING
+    assert len(sent.drives()) == 1  # the start only: a two-day timer gets no ETA message when it is set
+
+    with WeftTestEnv(run.runnable_at - timedelta(seconds=30)):
+        tasks.maintenance(every=5)
+    assert len(sent.drives()) == 1  # not in the next 5 s yet
+    with WeftTestEnv(run.runnable_at - timedelta(seconds=3)):
+        report = tasks.maintenance(every=5)
+    assert report["dispatched"] == 1
+    assert sent.drives()[-1] == (str(run.pk), run.runnable_at)
+
+
+def test_the_maintenance_task_sends_ticks_for_schedule_instants_of_the_next_window(sent):
+    with WeftTestEnv() as env:
+        schedule = weft.create_schedule("every-2s", "test.steps", {"key": "tick", "count": 1}, every=2,
+                                        overlap="allow_all")
+        due = Schedule.objects.get(pk=schedule.pk).due_at
+        report = tasks.maintenance(every=5)
+    ticks = [options["eta"] for name, _, options in sent.calls if name == "django_weft.tick"]
+    assert ticks == [due]
+    assert report["ticks_sent"] == len(ticks)
+    assert env.now() < due
+
+    # The tick task itself fires what is due at its ETA.
+    with WeftTestEnv(due):
+        assert tasks.tick() == 1
+    assert Workflow.objects.filter(schedule=schedule.pk).count() == 1
+
+
+def test_install_beat_creates_then_updates_one_periodic_task(celery_executes):
+    call_command("weft_maintenance", "--install-beat")
+    task = PeriodicTask.objects.get(name="django_weft maintenance")
+    assert (task.task, task.interval.every, task.interval.period) == ("django_weft.maintenance", 5, "seconds")
+    assert json.loads(task.kwargs) == {"every": 5}
+    assert task.queue == QUEUE and task.enabled
+
+    call_command("weft_maintenance", "--install-beat", "--every", "2")
+    task = PeriodicTask.objects.get(name="django_weft maintenance")
+    assert (task.interval.every, json.loads(task.kwargs)) == (2, {"every": 2})
+    assert PeriodicTask.objects.filter(task="django_weft.maintenance").count() == 1
+    assert IntervalSchedule.objects.filter(every=2, period="seconds").count() == 1
+
+
+def test_install_beat_refuses_bad_input_and_writes_nothing():
+    with pytest.raises(CommandError, match="--every must be at least 1 second"):
+        call_command("weft_maintenance", "--install-beat", "--every", "0")
+    with override_settings(INSTALLED_APPS=[
+        "django.contrib.auth", "django.contrib.contenttypes", "django_weft", "tests.testapp",
+    ]), pytest.raises(CommandError, match="django_celery_beat is not in INSTALLED_APPS"):
+        call_command("weft_maintenance", "--install-beat")
+    assert not PeriodicTask.objects.exists()
+
+
+def test_an_unknown_executor_fails_the_system_checks():
+    with override_settings(WEFT_EXECUTOR="threads"), pytest.raises(SystemCheckError, match=r"weft\.E002"):
+        call_command("check")
+
+
+def test_no_execute_once_runs_maintenance_but_executes_nothing():
+    handle = weft.start("test.steps", {"key": "not-executed", "count": 1})
+    call_command("weft_maintenance", "--once", "--no-execute")
+    assert handle.refresh().status == RunStatus.PENDING
+    assert executions("not-executed:0") == 0
