@@ -1,0 +1,80 @@
+"""PostgreSQL LISTEN/NOTIFY wake-ups of idle ``weft_maintenance`` loops, with real processes.
+
+The loops poll every 60 s here, so a run that finishes within seconds was woken by a notification, and
+one that does not (WEFT_NOTIFY=0) shows that nothing else woke it. Latency figures are in
+``manage.py weft_bench --latency``; these tests prove cause and fallback, not speed.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from django.db import connection
+
+import django_weft as weft
+from django_weft.models import RunStatus
+from django_weft.wakeups import CHANNEL
+from tests.procs import wait_until
+from tests.testapp.workflows import executions
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+SLOW_POLL = "60"
+WOKEN_WITHIN = 15.0  # seconds: far below the poll interval
+
+
+def idle_loop(maintenance, name: str, **env: str):
+    proc = maintenance(name, "--interval", SLOW_POLL, **env)
+    wait_until(lambda: "running with" in proc.stdout(), f"{name} to start", 30, [proc])
+    return proc
+
+
+def listening_backends() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query = %s",
+                       [f"LISTEN {CHANNEL}"])
+        return cursor.fetchone()[0]
+
+
+def test_a_start_and_a_signal_wake_an_idle_loop_at_once(postgres_only, maintenance):
+    loop = idle_loop(maintenance, "listening")
+    assert "LISTEN/NOTIFY wake-ups" in loop.stdout()
+    wait_until(lambda: listening_backends() == 1, "the loop to LISTEN", 30, [loop])
+    time.sleep(1)  # the loop is idle now, in a 60 s wait
+
+    handle = weft.start("test.approval", "woken")
+    wait_until(lambda: handle.refresh().status == RunStatus.WAITING, "the start to be executed", WOKEN_WITHIN,
+               [loop])
+    time.sleep(0.5)
+    weft.signal(handle.workflow_id, "approval", "go")
+    wait_until(lambda: handle.refresh().is_finished, "the signal to resume the run", WOKEN_WITHIN, [loop])
+    assert handle.result(timeout=0) == "go"
+    assert (executions("woken:before"), executions("woken:after")) == (1, 1)
+
+
+def test_without_notify_an_idle_loop_waits_for_its_poll(postgres_only, maintenance):
+    loop = idle_loop(maintenance, "polling", WEFT_NOTIFY="0")
+    assert "polling every 60.0s" in loop.stdout()
+    time.sleep(1)
+    handle = weft.start("test.steps", {"key": "unheard", "count": 1})
+    time.sleep(5)
+    assert loop.alive, loop.output()
+    assert handle.refresh().status == RunStatus.PENDING, "something other than the poll woke the loop"
+    assert executions("unheard:0") == 0
+
+
+def test_a_lost_listen_connection_is_reestablished(postgres_only, maintenance):
+    loop = idle_loop(maintenance, "reconnecting")
+    wait_until(lambda: listening_backends() == 1, "the loop to LISTEN", 30, [loop])
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() "
+                       "AND query = %s",
+                       [f"LISTEN {CHANNEL}"])
+    wait_until(lambda: "LISTEN connection failed" in loop.stderr(), "the loop to notice", 30, [loop])
+    wait_until(lambda: listening_backends() == 1, "the loop to LISTEN again", 30, [loop])
+    time.sleep(1)
+
+    handle = weft.start("test.steps", {"key": "after-reconnect", "count": 2})
+    wait_until(lambda: handle.refresh().is_finished, "the run to be executed", WOKEN_WITHIN, [loop])
+    assert handle.refresh().status == RunStatus.COMPLETED
