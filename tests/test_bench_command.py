@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import re
+import socket
 from io import StringIO
 
 import pytest
+from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.db import connection
 
 from django_weft.models import Schedule, Workflow
 
@@ -28,3 +32,91 @@ def test_weft_bench_prints_its_figures_as_the_last_line_and_cleans_up(args):
 def test_weft_bench_rejects_bad_sizes():
     with pytest.raises(CommandError, match="--workers must be at least 1"):
         call_command("weft_bench", "--workers", "0")
+
+
+# --- the modes that execute in subprocesses -------------------------------------------------------------
+
+
+def rabbitmq_reachable(host: str = "127.0.0.1", port: int = 5672) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+@pytest.fixture
+def subprocess_env(monkeypatch):
+    """The bench's subprocesses inherit os.environ: point them at the test database."""
+    monkeypatch.setenv("DJANGO_SETTINGS_MODULE", "tests.settings")
+    monkeypatch.setenv("WEFT_TEST_DB_NAME", str(connection.settings_dict["NAME"]))
+    monkeypatch.setenv("DJANGO_DEBUG", "0")
+    monkeypatch.delenv("WEFT_EXECUTOR", raising=False)
+
+
+def run_bench_command(*args: str) -> tuple[dict, str]:
+    out, err = StringIO(), StringIO()
+    call_command("weft_bench", *args, stdout=out, stderr=err)
+    return json.loads(out.getvalue().strip().splitlines()[-1]), err.getvalue()
+
+
+def assert_throughput_figures(figures: dict, workflows: int) -> None:
+    assert figures["workflows"] == workflows
+    for key in ("raw_commits_per_second", "workflows_per_second", "steps_per_second", "elapsed_seconds",
+                "p50_ms", "p95_ms", "goal_ratio"):
+        assert figures[key] is not None and figures[key] > 0, (key, figures)
+    assert figures["p50_ms"] <= figures["p95_ms"] <= figures["max_ms"]
+    assert all(code == 0 for code in figures["exit_codes"]), figures["exit_codes"]
+    assert Workflow.objects.count() == 0  # the bench deleted its runs
+
+
+@pytest.mark.django_db(transaction=True)
+def test_weft_bench_processes_runs_every_workflow_in_weft_maintenance_subprocesses(subprocess_env):
+    figures, progress = run_bench_command("--workflows", "6", "--steps", "2", "--processes", "2",
+                                          "--interval", "0.2", "--probe-seconds", "0.2", "--timeout", "60")
+    assert figures["mode"] == "processes" and figures["processes"] == 2
+    assert_throughput_figures(figures, 6)
+    # Both processes came up and stopped cleanly; between them they completed all six runs.
+    assert progress.count("weft_maintenance: running with") == 2
+    completed = sum(int(n) for line in figures["stopped"] for n in re.findall(r"'completed': (\d+)", line))
+    assert len(figures["stopped"]) == 2 and completed == 6, figures["stopped"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_weft_bench_latency_measures_both_notify_settings(subprocess_env):
+    figures, _ = run_bench_command("--latency", "3", "--interval", "0.5")
+    assert figures["mode"] == "latency" and figures["runs"] == 3
+    assert figures["notify_applies"] == (connection.vendor == "postgresql")
+    for key in ("notify_on", "notify_off"):
+        f = figures[key]
+        assert f["samples"] == 3
+        assert None not in (f["p50_ms"], f["p95_ms"], f["max_ms"])
+        # Each signal resumed its run after it was sent, and (polling every 0.5 s) well within seconds.
+        assert 0 < f["min_ms"] <= f["p50_ms"] <= f["p95_ms"] <= f["max_ms"] < 5000, f
+    if connection.vendor == "postgresql":
+        assert "LISTEN/NOTIFY" in figures["notify_on"]["wakeups"]
+    assert figures["notify_off"]["wakeups"] == "polling every 0.5s"
+    assert Workflow.objects.count() == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_weft_bench_celery_workers_runs_every_workflow_in_a_celery_worker(subprocess_env):
+    if not rabbitmq_reachable():
+        pytest.skip("needs RabbitMQ at 127.0.0.1:5672 (the default --broker)")
+    figures, _ = run_bench_command("--workflows", "6", "--steps", "2", "--celery-workers", "1",
+                                   "--probe-seconds", "0.2", "--timeout", "60")
+    assert figures["mode"] == "celery" and figures["celery_workers"] == 1
+    assert_throughput_figures(figures, 6)
+    assert settings.WEFT_EXECUTOR != "celery"  # the bench restored the executor setting
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--processes", "0"], "--processes must be at least 1"),
+    (["--processes", "1", "--celery-workers", "1"], "not both"),
+    (["--latency", "0"], "--latency must be at least 1"),
+    (["--latency", "2", "--processes", "1"], "--latency goes alone"),
+    (["--interval", "0"], "--interval must be positive"),
+])
+def test_weft_bench_rejects_bad_process_options(args, message):
+    with pytest.raises(CommandError, match=message):
+        call_command("weft_bench", *args)

@@ -1,4 +1,7 @@
-"""manage.py weft_bench: throughput and latency of django_weft, as ratios of the database's commit rate."""
+"""manage.py weft_bench: throughput and latency of django_weft, as ratios of the database's commit rate.
+
+``--processes``, ``--celery-workers`` and ``--latency`` execute in subprocesses: see django_weft.bench_processes.
+"""
 
 from __future__ import annotations
 
@@ -28,7 +31,14 @@ class Command(BaseCommand):
         "minute (tick_seconds, runs_started_per_second; the runs are not executed), checks "
         "that it started exactly one run per schedule, and counts the statements it sent per schedule; "
         "schedules, runs and occurrence rows are deleted afterwards unless --keep. On PostgreSQL the "
-        "schedule, run and occurrence tables are VACUUM ANALYZEd before the tick and after the cleanup."
+        "schedule, run and occurrence tables are VACUUM ANALYZEd before the tick and after the cleanup. "
+        "With --processes P the runs are executed by P real weft_maintenance subprocesses (W executor threads "
+        "each), with --celery-workers C by one Celery worker subprocess (prefork, C processes, "
+        "WEFT_EXECUTOR=celery, broker --broker); the starts then overlap the drive, elapsed_seconds runs from "
+        "the first start to the latest finished_at, and completion is polled from the database. With "
+        "--latency M it measures the signal-to-resume latency of an idle weft_maintenance (--interval S): "
+        "M runs wait for a signal, which is sent to each after a random pause of 0..S, with PostgreSQL "
+        "NOTIFY on and off (see django_weft.bench_processes)."
     )
 
     def add_arguments(self, parser: Any) -> None:
@@ -51,12 +61,49 @@ class Command(BaseCommand):
                             help="Seed N runs (types bench.seed.*) with --seed-steps journal rows each, then time "
                                  "the run admin's changelist (unfiltered, filtered, searched) and a detail page.")
         parser.add_argument("--seed-steps", type=int, default=10, help="With --seed-runs: journal rows per run.")
+        parser.add_argument("--processes", type=int, default=None,
+                            help="Execute in this many weft_maintenance subprocesses (each with --workers "
+                                 "threads) instead of in this process.")
+        parser.add_argument("--celery-workers", type=int, default=None,
+                            help="Execute in a Celery worker subprocess with this --concurrency (prefork), "
+                                 "WEFT_EXECUTOR=celery.")
+        parser.add_argument("--celery-app", default="testproject",
+                            help="With --celery-workers: the Celery app (celery -A), default testproject.")
+        parser.add_argument("--broker", default=None,
+                            help="With --celery-workers: the broker URL (default "
+                                 "amqp://guest:guest@127.0.0.1:5672//).")
+        parser.add_argument("--latency", type=int, default=None, metavar="M",
+                            help="Measure the signal-to-resume latency of an idle weft_maintenance over M "
+                                 "signals, with NOTIFY on and off.")
+        parser.add_argument("--interval", type=float, default=None,
+                            help="Poll interval of the weft_maintenance subprocesses (--latency: default 1; "
+                                 "--processes: default WEFT_POLL_INTERVAL).")
 
     def handle(self, *args: Any, workflows: int | None, schedules: int | None, profile: str | None, steps: int,
                workers: int, probe_seconds: float, timeout: float, keep: bool, **options: Any) -> None:
         if options.get("seed_runs") is not None:
             self.handle_seed(options["seed_runs"], options["seed_steps"], keep=keep)
             return
+        processes, celery_workers = options.get("processes"), options.get("celery_workers")
+        latency, interval = options.get("latency"), options.get("interval")
+        if interval is not None and interval <= 0:
+            raise CommandError("--interval must be positive")
+        if latency is not None:
+            if workflows is not None or schedules is not None or processes is not None or celery_workers is not None:
+                raise CommandError("--latency goes alone (with --interval)")
+            self.handle_latency(latency, interval, keep=keep)
+            return
+        if processes is not None or celery_workers is not None:
+            if schedules is not None:
+                raise CommandError("--processes/--celery-workers go with --workflows, not --schedules")
+            if processes is not None and celery_workers is not None:
+                raise CommandError("pass --processes or --celery-workers, not both")
+            self.handle_processes(workflows=1000 if workflows is None else workflows, steps=steps, workers=workers,
+                                  processes=processes, celery_workers=celery_workers, interval=interval,
+                                  probe_seconds=probe_seconds, timeout=timeout, keep=keep, options=options)
+            return
+        if interval is not None:
+            raise CommandError("--interval goes with --processes or --latency")
         if schedules is not None:
             if workflows is not None:
                 raise CommandError("pass --workflows or --schedules, not both")
@@ -147,4 +194,80 @@ class Command(BaseCommand):
             f"tick {f['tick_seconds']:.2f}s: {f['runs_started']} runs started, "
             f"{f['runs_started_per_second']:.0f} runs/s, {f['queries_per_schedule']:.1f} queries per schedule"
         )
+        self.stdout.write(json.dumps(figures, sort_keys=False))
+
+    def handle_processes(self, *, workflows: int, steps: int, workers: int, processes: int | None,
+                         celery_workers: int | None, interval: float | None, probe_seconds: float, timeout: float,
+                         keep: bool, options: dict[str, Any]) -> None:
+        if workflows < 1:
+            raise CommandError("--workflows must be at least 1")
+        if steps < 0:
+            raise CommandError("--steps must be 0 or more")
+        if workers < 1:
+            raise CommandError("--workers must be at least 1")
+        if processes is not None and processes < 1:
+            raise CommandError("--processes must be at least 1")
+        if celery_workers is not None and celery_workers < 1:
+            raise CommandError("--celery-workers must be at least 1")
+        if probe_seconds <= 0:
+            raise CommandError("--probe-seconds must be positive")
+        if timeout <= 0:
+            raise CommandError("--timeout must be positive")
+
+        from django_weft.bench import BenchError
+        from django_weft.bench_processes import DEFAULT_BROKER, run_celery_bench, run_process_bench
+
+        def progress(line: str) -> None:
+            self.stderr.write(f"weft_bench: {line}")
+
+        if settings.DEBUG:
+            progress("warning: DEBUG is on, so every query is logged; results are slower than production")
+        try:
+            if processes is not None:
+                figures = run_process_bench(workflows=workflows, steps=steps, processes=processes, workers=workers,
+                                            interval=interval, probe_seconds=probe_seconds, timeout=timeout,
+                                            keep=keep, progress=progress)
+                who = f"{processes} weft_maintenance process(es) x {workers} executor thread(s)"
+            else:
+                if interval is not None:
+                    raise CommandError("--interval goes with --processes or --latency")
+                figures = run_celery_bench(workflows=workflows, steps=steps, celery_workers=celery_workers,
+                                           celery_app=options["celery_app"], broker=options["broker"] or DEFAULT_BROKER,
+                                           probe_seconds=probe_seconds, timeout=timeout, keep=keep, progress=progress)
+                who = f"a Celery worker with {celery_workers} prefork process(es)"
+        except BenchError as exc:
+            raise CommandError(f"weft_bench: {exc}") from None
+        f = figures
+        self.stdout.write(
+            f"weft_bench: {f['vendor']}, {workflows} workflows x {steps} steps, {who}; raw commits "
+            f"{f['raw_commits_per_second']:.0f}/s; starts {f['starts_per_second']:.0f}/s; load {f['loadavg_before']}"
+        )
+        self.stdout.write(
+            f"start + drive {f['elapsed_seconds']:.2f}s: {f['workflows_per_second']:.1f} workflows/s, "
+            f"{f['steps_per_second']:.0f} steps/s, p50 {f['p50_ms']:.0f} ms, p95 {f['p95_ms']:.0f} ms; "
+            f"goal_ratio {f['goal_ratio']:.2f} (target {f['goal_ratio_target']})"
+        )
+        self.stdout.write(json.dumps(figures, sort_keys=False))
+
+    def handle_latency(self, runs: int, interval: float | None, *, keep: bool) -> None:
+        if runs < 1:
+            raise CommandError("--latency must be at least 1")
+
+        from django_weft.bench import BenchError
+        from django_weft.bench_processes import DEFAULT_LATENCY_INTERVAL, run_latency_bench
+
+        def progress(line: str) -> None:
+            self.stderr.write(f"weft_bench: {line}")
+
+        try:
+            figures = run_latency_bench(runs=runs, interval=DEFAULT_LATENCY_INTERVAL if interval is None else interval,
+                                        keep=keep, progress=progress)
+        except BenchError as exc:
+            raise CommandError(f"weft_bench: {exc}") from None
+        self.stdout.write(f"weft_bench: {figures['vendor']}, signal-to-resume latency over {runs} signal(s), "
+                          f"loop polling every {figures['interval']:g}s")
+        for key in ("notify_on", "notify_off"):
+            f = figures[key]
+            self.stdout.write(f"{key.replace('_', ' ')} ({f['wakeups']}): p50 {f['p50_ms']:.0f} ms, "
+                              f"p95 {f['p95_ms']:.0f} ms, max {f['max_ms']:.0f} ms")
         self.stdout.write(json.dumps(figures, sort_keys=False))
