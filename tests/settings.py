@@ -24,3 +24,4 @@ LOGGING = {"version": 1, "disable_existing_loggers": False}
 # The real-broker tests (tests/test_celery_broker.py) use the machine's RabbitMQ unless told otherwise;
 # nothing is sent unless a test sets WEFT_EXECUTOR = "celery".
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "amqp://guest:guest@127.0.0.1:5672//")
+WEFT_CELERY_ETA_HORIZON = float(os.environ.get("WEFT_CELERY_ETA_HORIZON", "60"))
