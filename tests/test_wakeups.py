@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from django.db import connection
+from django.db import connection, connections, transaction
 
 import django_weft as weft
 from django_weft.models import RunStatus
@@ -78,3 +78,36 @@ def test_a_lost_listen_connection_is_reestablished(postgres_only, maintenance):
     handle = weft.start("test.steps", {"key": "after-reconnect", "count": 2})
     wait_until(lambda: handle.refresh().is_finished, "the run to be executed", WOKEN_WITHIN, [loop])
     assert handle.refresh().status == RunStatus.COMPLETED
+
+
+def test_one_notification_per_committed_transaction_and_none_for_a_rollback(postgres_only):
+    listener = connections.create_connection("default")
+    listener.ensure_connection()
+    raw = listener.connection
+    raw.autocommit = True
+    raw.execute(f"LISTEN {CHANNEL}")
+    try:
+        def heard() -> int:
+            return sum(1 for _ in raw.notifies(timeout=0.5))
+
+        with transaction.atomic():
+            for i in range(3):
+                weft.start("test.steps", {"key": f"batch{i}", "count": 1})
+        assert heard() == 1
+
+        with pytest.raises(RuntimeError), transaction.atomic():
+            weft.start("test.steps", {"key": "rolled-back", "count": 1})
+            raise RuntimeError("rollback")
+        assert heard() == 0
+
+        with transaction.atomic():
+            with pytest.raises(RuntimeError), transaction.atomic():  # a savepoint rolled back ...
+                weft.start("test.steps", {"key": "inner", "count": 1})
+                raise RuntimeError("savepoint rollback")
+            weft.start("test.steps", {"key": "outer", "count": 1})  # ... does not silence the outer start
+        assert heard() == 1
+
+        weft.start("test.steps", {"key": "autocommit", "count": 1})
+        assert heard() == 1
+    finally:
+        listener.close()
