@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 MANAGE := $(PY) testproject/manage.py
 
-.PHONY: demo test lint check-migrations bench clean
+.PHONY: demo test soak lint check-migrations bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,6 +18,10 @@ demo: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The bounded soak test (tests/test_soak.py, a few minutes; PostgreSQL only, skipped on SQLite).
+soak: $(VENV)/.installed
+	$(PY) -m pytest -m soak $(PYTEST_ARGS)
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
