@@ -51,6 +51,9 @@ DEFAULTS: dict[str, Any] = {
     # delayed start) is sent with that ETA at once; later ones are sent by the maintenance pass before
     # they are due.
     "CELERY_ETA_HORIZON": 60.0,
+    # Celery: a django_weft.drive task hands its run back (to another task) after the step that passes this
+    # many seconds, so no task runs for long and a worker's warm shutdown is not held up by a long workflow.
+    "CELERY_TASK_SECONDS": 30.0,
     # Celery: at most this many batch tasks per maintenance pass for runs that are due but were never
     # delivered (lost messages, crashed workers, long timers); each one claims WEFT_CLAIM_BATCH_SIZE runs.
     "CELERY_DISPATCH_LIMIT": 100,

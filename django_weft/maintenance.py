@@ -147,6 +147,9 @@ def run_maintenance(now: datetime | None = None) -> MaintenanceReport:
 DISPATCH_GRACE = timedelta(seconds=2)
 # Distinct schedule instants in the coming window that get a tick task of their own, per pass.
 MAX_TICKS_AHEAD = 20
+# The coming window reaches this many passes ahead, so a pass that runs late leaves no gap between its
+# window and the previous one (what two windows both cover is sent twice: harmless).
+WINDOW_OVERLAP = 2
 
 
 def dispatch_to_celery(now: datetime, window: float) -> int:
@@ -155,8 +158,9 @@ def dispatch_to_celery(now: datetime, window: float) -> int:
     * Runs that are due but unclaimed (a lost or failed send, a worker killed mid-run whose lease has
       expired, a timer too far ahead for an ETA when it was set): batch tasks, one per
       WEFT_CLAIM_BATCH_SIZE runs, at most WEFT_CELERY_DISPATCH_LIMIT.
-    * Waiting or delayed runs due within the next ``window`` seconds (until the next pass) that were set
-      too far ahead for an ETA then: one task each, with their ETA, so long timers fire on time too.
+    * Waiting or delayed runs due within the coming window (``window`` seconds until the next pass, twice
+      over) that were set too far ahead for an ETA then: one task each, with their ETA, so long timers fire
+      on time too.
     """
     batch = weft_settings.CLAIM_BATCH_SIZE
     limit = weft_settings.CELERY_DISPATCH_LIMIT
@@ -165,7 +169,7 @@ def dispatch_to_celery(now: datetime, window: float) -> int:
     horizon = timedelta(seconds=weft_settings.CELERY_ETA_HORIZON)
     upcoming = (
         Workflow.objects.filter(status__in=[RunStatus.WAITING, RunStatus.PENDING], runnable_at__gt=now,
-                                runnable_at__lte=now + timedelta(seconds=window))
+                                runnable_at__lte=now + timedelta(seconds=window * WINDOW_OVERLAP))
         .filter(runnable_at__gt=F("updated_at") + horizon)
         .order_by("runnable_at").values_list("pk", "runnable_at")[: limit * batch]
     )
@@ -174,27 +178,14 @@ def dispatch_to_celery(now: datetime, window: float) -> int:
 
 
 def tick_ahead(now: datetime, window: float) -> int:
-    """Send ``django_weft.tick`` tasks with ETAs for the schedule instants of the next ``window`` seconds:
-    a beat-driven pass every few seconds alone would start their runs late (and late counts as missed)."""
-    from .tasks import tick
-
+    """Send ``django_weft.tick`` tasks with ETAs for the schedule instants of the coming window: a
+    beat-driven pass every few seconds alone would start their runs late (and late counts as missed)."""
     instants = (
         Schedule.objects.filter(status=ScheduleStatus.ACTIVE, due_at__gt=now,
-                                due_at__lte=now + timedelta(seconds=window))
+                                due_at__lte=now + timedelta(seconds=window * WINDOW_OVERLAP))
         .order_by("due_at").values_list("due_at", flat=True).distinct()[:MAX_TICKS_AHEAD]
     )
-    sent = 0
-    for instant in instants:
-        options = {"eta": instant, "ignore_result": True}
-        if weft_settings.CELERY_QUEUE:
-            options["queue"] = weft_settings.CELERY_QUEUE
-        try:
-            tick.apply_async(**options)
-        except Exception:
-            logger.exception("could not send django_weft.tick for %s; the next pass ticks", instant)
-            continue
-        sent += 1
-    return sent
+    return sum(wakeups.send_tick(instant) for instant in instants)
 
 
 def maintenance_pass(now: datetime, *, window: float, purge: bool = True) -> MaintenanceReport:

@@ -15,7 +15,7 @@ from typing import Any
 from django.conf import settings
 from django.db import IntegrityError, transaction
 
-from . import clock, transitions
+from . import clock, transitions, wakeups
 from .client import prepare_run
 from .codec import decode, encode
 from .conf import weft_settings
@@ -180,6 +180,7 @@ def create_schedule(
     try:
         with transaction.atomic():
             schedule.save(force_insert=True)
+            wakeups.schedule_due(schedule.due_at, now)
     except IntegrityError:
         raise ScheduleAlreadyExists(f"a schedule with id {schedule_id!r} already exists; update it instead") from None
     return schedule
@@ -241,6 +242,7 @@ def resume(schedule: Schedule) -> None:
             _set_next(locked, cadence_of(locked).next_after(now))
             locked.updated_at = now
             locked.save()
+            wakeups.schedule_due(locked.due_at, now)
     _refresh(schedule, locked)
 
 
@@ -289,6 +291,7 @@ def update(schedule: Schedule, **changes: Any) -> None:
             locked.anchor = locked.start_at or now  # an interval re-anchors when its cadence changes
         if locked.status == ScheduleStatus.ACTIVE:
             _set_next(locked, cadence_of(locked).next_after(now))
+            wakeups.schedule_due(locked.due_at, now)
         locked.updated_at = now
         locked.save()
     _refresh(schedule, locked)

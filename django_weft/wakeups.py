@@ -14,6 +14,10 @@ lost hint left behind.
   recomputes when the next run is due, so a later one is not missed either way.
 * ``WEFT_EXECUTOR = "celery"``: the task ``django_weft.drive`` for that run, sent after commit (with an ETA
   when the run is due later, within ``WEFT_CELERY_ETA_HORIZON``).
+
+:func:`schedule_due` does the same for a schedule created, changed or resumed: maintenance loops hear it
+on :data:`SCHEDULE_CHANNEL` (their sleep may be longer than the way to its first occurrence, and a late
+tick counts as missed); with Celery a ``django_weft.tick`` is sent for that instant.
 """
 
 from __future__ import annotations
@@ -30,15 +34,18 @@ from .conf import weft_settings
 logger = logging.getLogger("django_weft.wakeups")
 
 CHANNEL = "django_weft_runnable"
+SCHEDULE_CHANNEL = "django_weft_schedules"
 NOTIFY_HORIZON = timedelta(seconds=60)
-# An ETA closer than this is not worth one: the task is sent for immediate delivery.
-ETA_MIN = timedelta(milliseconds=200)
 
 
 def _alias() -> str:
     from .models import Workflow
 
     return router.db_for_write(Workflow)
+
+
+def notifies(alias: str) -> bool:
+    return connections[alias].vendor == "postgresql" and bool(weft_settings.NOTIFY)
 
 
 def celery_executes() -> bool:
@@ -48,22 +55,34 @@ def celery_executes() -> bool:
 def runnable(run_id: Any, at: datetime, now: datetime) -> None:
     """Announce that run ``run_id`` can be claimed from ``at`` on; call it in the transaction that made it so."""
     alias = _alias()
-    connection = connections[alias]
     soon = at - now
-    if connection.vendor == "postgresql" and weft_settings.NOTIFY and soon <= NOTIFY_HORIZON:
-        _notify_after_commit(alias)
+    if notifies(alias) and soon <= NOTIFY_HORIZON:
+        _notify_after_commit(alias, CHANNEL)
     if celery_executes() and soon <= timedelta(seconds=weft_settings.CELERY_ETA_HORIZON):
-        eta = at if soon > ETA_MIN else None
+        # Always with its ETA when it is due later, however soon: a worker claiming early finds nothing.
+        eta = at if at > now else None
         transaction.on_commit(lambda: send_drive(run_id, eta), using=alias)
 
 
-_notifiers: dict[str, Callable[[], None]] = {}
+def schedule_due(due_at: datetime | None, now: datetime) -> None:
+    """Announce a schedule whose next occurrence is ``due_at``; call it in the transaction that set it."""
+    if due_at is None:
+        return
+    alias = _alias()
+    soon = due_at - now
+    if notifies(alias) and soon <= NOTIFY_HORIZON:
+        _notify_after_commit(alias, SCHEDULE_CHANNEL)
+    if celery_executes() and soon <= timedelta(seconds=weft_settings.CELERY_ETA_HORIZON):
+        transaction.on_commit(lambda: send_tick(due_at), using=alias)
 
 
-def _notify_after_commit(alias: str) -> None:
-    notify = _notifiers.get(alias)
+_notifiers: dict[tuple[str, str], Callable[[], None]] = {}
+
+
+def _notify_after_commit(alias: str, channel: str) -> None:
+    notify = _notifiers.get((alias, channel))
     if notify is None:
-        notify = _notifiers[alias] = lambda: _notify(alias)
+        notify = _notifiers[(alias, channel)] = lambda: _notify(alias, channel)
     connection = connections[alias]
     # Once per transaction: the pending after-commit callbacks (which a rolled-back savepoint drops) are
     # the record of whether this transaction already asked.
@@ -72,13 +91,22 @@ def _notify_after_commit(alias: str) -> None:
     transaction.on_commit(notify, using=alias)
 
 
-def _notify(alias: str) -> None:
+def _notify(alias: str, channel: str) -> None:
     try:
         with connections[alias].cursor() as cursor:
-            cursor.execute("SELECT pg_notify(%s, '')", [CHANNEL])
+            cursor.execute("SELECT pg_notify(%s, '')", [channel])
     except Exception:
         # Only a hint: idle loops poll anyway.
-        logger.exception("NOTIFY %s failed; idle loops find the run at their next poll", CHANNEL)
+        logger.exception("NOTIFY %s failed; idle loops find the change at their next poll", channel)
+
+
+def _celery_options(eta: datetime | None) -> dict[str, Any]:
+    options: dict[str, Any] = {"ignore_result": True}
+    if eta is not None:
+        options["eta"] = eta
+    if weft_settings.CELERY_QUEUE:
+        options["queue"] = weft_settings.CELERY_QUEUE
+    return options
 
 
 def send_drive(run_id: Any | None, eta: datetime | None = None) -> bool:
@@ -86,14 +114,21 @@ def send_drive(run_id: Any | None, eta: datetime | None = None) -> bool:
     logged, not raised: the change it announces has committed, and the maintenance pass delivers it."""
     from .tasks import drive
 
-    options: dict[str, Any] = {"ignore_result": True}
-    if eta is not None:
-        options["eta"] = eta
-    if weft_settings.CELERY_QUEUE:
-        options["queue"] = weft_settings.CELERY_QUEUE
     try:
-        drive.apply_async(args=[None if run_id is None else str(run_id)], **options)
+        drive.apply_async(args=[None if run_id is None else str(run_id)], **_celery_options(eta))
     except Exception:
         logger.exception("could not send django_weft.drive for run %s; the maintenance pass will", run_id)
+        return False
+    return True
+
+
+def send_tick(eta: datetime | None) -> bool:
+    """Send ``django_weft.tick`` for the schedule instant ``eta``; a broker error is logged, not raised."""
+    from .tasks import tick
+
+    try:
+        tick.apply_async(**_celery_options(eta))
+    except Exception:
+        logger.exception("could not send django_weft.tick for %s; the next maintenance pass ticks", eta)
         return False
     return True

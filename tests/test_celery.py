@@ -174,10 +174,12 @@ def test_the_maintenance_task_sends_ticks_for_schedule_instants_of_the_next_wind
         schedule = weft.create_schedule("every-2s", "test.steps", {"key": "tick", "count": 1}, every=2,
                                         overlap="allow_all")
         due = Schedule.objects.get(pk=schedule.pk).due_at
+        ticks = [options["eta"] for name, _, options in sent.calls if name == "django_weft.tick"]
+        assert ticks == [due]  # sent when the schedule was created
         report = tasks.maintenance(every=5)
     ticks = [options["eta"] for name, _, options in sent.calls if name == "django_weft.tick"]
-    assert ticks == [due]
-    assert report["ticks_sent"] == len(ticks)
+    assert ticks == [due, due]  # and again by the pass, whose window covers it
+    assert report["ticks_sent"] == 1
     assert env.now() < due
 
     # The tick task itself fires what is due at its ETA.
@@ -220,3 +222,26 @@ def test_no_execute_once_runs_maintenance_but_executes_nothing():
     call_command("weft_maintenance", "--once", "--no-execute")
     assert handle.refresh().status == RunStatus.PENDING
     assert executions("not-executed:0") == 0
+
+
+def test_a_drive_task_hands_a_long_run_on_after_its_time_budget_one_step_at_least(sent):
+    handle = weft.start("test.steps", {"key": "budget", "count": 3})
+    with override_settings(WEFT_CELERY_TASK_SECONDS=0):
+        outcomes = [tasks.drive(str(handle.run_id)) for _ in range(3)]
+    # Each task takes one new step, then the run goes back and a new task is sent for it.
+    assert outcomes == [{"released": 1}, {"released": 1}, {"completed": 1}]
+    assert [run_id for run_id, _ in sent.drives()] == [str(handle.run_id)] * 3
+    assert [executions(f"budget:{i}") for i in range(3)] == [1, 1, 1]
+
+
+def test_a_run_due_within_a_moment_is_sent_with_its_eta_and_an_early_task_waits_for_it(sent):
+    handle = weft.start("test.steps", {"key": "moment", "count": 2, "sleep": 1})
+    tasks.drive(str(handle.run_id))
+    run = handle.refresh()
+    assert run.status == RunStatus.WAITING
+    assert sent.drives()[-1] == (str(run.pk), run.runnable_at)
+    # Delivered before the timer is due (hosts' clocks differ a little): the task waits for it rather than
+    # leaving the run to the next maintenance pass.
+    assert tasks.drive(str(run.pk)) == {"completed": 1}
+    assert handle.refresh().status == RunStatus.COMPLETED
+    assert [executions("moment:0"), executions("moment:1")] == [1, 1]

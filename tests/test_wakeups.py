@@ -13,19 +13,20 @@ import pytest
 from django.db import connection, connections, transaction
 
 import django_weft as weft
-from django_weft.models import RunStatus
-from django_weft.wakeups import CHANNEL
+from django_weft.models import RunStatus, Schedule, Workflow
+from django_weft.wakeups import CHANNEL, SCHEDULE_CHANNEL
 from tests.procs import wait_until
 from tests.testapp.workflows import executions
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 SLOW_POLL = "60"
+LISTEN_LAST = f"LISTEN {SCHEDULE_CHANNEL}"  # the listener's last statement, as pg_stat_activity shows it
 WOKEN_WITHIN = 15.0  # seconds: far below the poll interval
 
 
-def idle_loop(maintenance, name: str, **env: str):
-    proc = maintenance(name, "--interval", SLOW_POLL, **env)
+def idle_loop(maintenance, name: str, *args: str, **env: str):
+    proc = maintenance(name, "--interval", SLOW_POLL, *args, **env)
     wait_until(lambda: "running with" in proc.stdout(), f"{name} to start", 30, [proc])
     return proc
 
@@ -33,7 +34,7 @@ def idle_loop(maintenance, name: str, **env: str):
 def listening_backends() -> int:
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query = %s",
-                       [f"LISTEN {CHANNEL}"])
+                       [LISTEN_LAST])
         return cursor.fetchone()[0]
 
 
@@ -69,8 +70,7 @@ def test_a_lost_listen_connection_is_reestablished(postgres_only, maintenance):
     wait_until(lambda: listening_backends() == 1, "the loop to LISTEN", 30, [loop])
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() "
-                       "AND query = %s",
-                       [f"LISTEN {CHANNEL}"])
+                       "AND query = %s", [LISTEN_LAST])
     wait_until(lambda: "LISTEN connection failed" in loop.stderr(), "the loop to notice", 30, [loop])
     wait_until(lambda: listening_backends() == 1, "the loop to LISTEN again", 30, [loop])
     time.sleep(1)
@@ -111,3 +111,17 @@ def test_one_notification_per_committed_transaction_and_none_for_a_rollback(post
         assert heard() == 1
     finally:
         listener.close()
+
+
+def test_a_new_schedule_wakes_an_idle_maintenance_loop_for_its_first_occurrence(postgres_only, maintenance):
+    loop = idle_loop(maintenance, "ticking", "--no-execute")
+    wait_until(lambda: listening_backends() == 1, "the loop to LISTEN", 30, [loop])
+    time.sleep(1)  # idle in a 60 s wait: no schedule exists yet
+
+    schedule = weft.create_schedule("soon", "test.steps", {"key": "first", "count": 1}, every=3)
+    wait_until(lambda: Workflow.objects.filter(schedule=schedule.pk).exists(), "the first occurrence", WOKEN_WITHIN,
+               [loop])
+    stored = Schedule.objects.get(pk=schedule.pk)
+    assert stored.missed_fire_count == 0, "the first occurrence was ticked late"
+    run = Workflow.objects.get(schedule=schedule.pk)
+    assert run.status == RunStatus.PENDING  # --no-execute: started, not executed

@@ -4,27 +4,35 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from .. import clock, transitions
 from ..conf import weft_settings
 from ..maintenance import default_owner
+from ..models import Workflow
 from . import executor
 from .leases import LeaseKeeper
 
 NOT_RUNNABLE = "not_runnable"
 # Runs still waiting in a batch after this long go back to the pool for other tasks.
 BATCH_HOLD_SECONDS = 2.0
+# A message for a run due this soon is early (clocks of hosts differ a little): wait for it, once.
+EARLY_WAIT_SECONDS = 2.0
 
 
 def drive_runs(run_id: Any | None = None) -> Counter:
     """Claim run ``run_id`` (or up to WEFT_CLAIM_BATCH_SIZE runnable runs) and drive each until it parks
-    or finishes. A run someone else holds, or that is not runnable (a duplicate or late message, a
-    finished run), is counted as ``not_runnable`` and left alone: the fenced claim decides, not the message.
+    or finishes, or until WEFT_CELERY_TASK_SECONDS have passed: then the run is handed back after its
+    current step and another task goes on with it (so a worker's warm shutdown is not held up by a long
+    workflow). A run someone else holds, or that is not runnable (a duplicate or late message, a finished
+    run), is counted as ``not_runnable`` and left alone: the fenced claim decides, not the message.
     """
     outcomes: Counter = Counter()
     limit = 1 if run_id is not None else weft_settings.CLAIM_BATCH_SIZE
     claims = transitions.claim(default_owner(), clock.now(), limit, run_id=run_id)
+    if not claims and run_id is not None and _wait_if_due_soon(run_id):
+        claims = transitions.claim(default_owner(), clock.now(), limit, run_id=run_id)
     if not claims:
         outcomes[NOT_RUNNABLE] += 1
         return outcomes
@@ -37,7 +45,32 @@ def drive_runs(run_id: Any | None = None) -> Counter:
                     released = transitions.release(held, clock.now())
                     outcomes[executor.RELEASED if released else executor.LOST] += 1
                 else:
-                    outcomes[executor.execute(held)] += 1
+                    budget = _budget(claimed_at + weft_settings.CELERY_TASK_SECONDS)
+                    outcomes[executor.execute(held, budget)] += 1
             finally:
                 leases.drop(held)
     return outcomes
+
+
+def _budget(deadline: float) -> Callable[[], bool]:
+    """The executor's stop check: true once the deadline has passed, but never before the first new step
+    (it is asked before each one), so every task moves its run forward."""
+    asked = 0
+
+    def exhausted() -> bool:
+        nonlocal asked
+        asked += 1
+        return asked > 1 and time.monotonic() > deadline
+
+    return exhausted
+
+
+def _wait_if_due_soon(run_id: Any) -> bool:
+    due = Workflow.objects.filter(pk=run_id, runnable_at__isnull=False).values_list("runnable_at", flat=True).first()
+    if due is None:
+        return False
+    wait = (due - clock.now()).total_seconds()
+    if not 0 < wait <= EARLY_WAIT_SECONDS:
+        return False
+    time.sleep(wait)
+    return True

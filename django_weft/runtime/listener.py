@@ -1,13 +1,15 @@
-"""Wake idle executor threads when PostgreSQL announces a runnable run (LISTEN/NOTIFY).
+"""Wake idle loops when PostgreSQL announces a change (LISTEN/NOTIFY).
 
-:class:`Doorbell` is what idle executors wait on: a generation counter under a condition variable. An
-executor reads the generation before it claims and, finding nothing, waits for it to change or for its
-poll delay to pass; a ring between the claim and the wait is therefore not lost.
+:class:`Doorbell` is what an idle loop waits on: a generation counter under a condition variable. A loop
+reads the generation before it looks for work and, finding none, waits for it to change or for its poll
+delay to pass; a ring between the look and the wait is therefore not lost.
 
-:class:`Listener` is a thread with its own connection (not Django's: it blocks) that LISTENs on
-:data:`django_weft.wakeups.CHANNEL` and rings the bell for every notification. When the connection fails
-it rings (something may have been missed), logs, and reconnects after a pause; meanwhile executors poll at
-their interval, as on SQLite.
+:class:`Listener` is a thread with its own connection (not Django's thread-local one: it blocks) that
+LISTENs on :data:`~django_weft.wakeups.CHANNEL` (a run became runnable: rings ``runs``, which idle
+executors wait on) and :data:`~django_weft.wakeups.SCHEDULE_CHANNEL` (a schedule's next occurrence moved:
+rings ``schedules``, which the maintenance loop waits on). When the connection fails it rings both
+(something may have been missed), logs, and reconnects after a pause; meanwhile the loops poll at their
+interval, as on SQLite.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ import threading
 
 from django.db import connections
 
-from ..wakeups import CHANNEL
+from ..conf import weft_settings
+from ..wakeups import CHANNEL, SCHEDULE_CHANNEL
 
 logger = logging.getLogger("django_weft.listener")
 
@@ -29,7 +32,6 @@ class Doorbell:
     def __init__(self) -> None:
         self._condition = threading.Condition()
         self._generation = 0
-        self.rings = 0
 
     @property
     def generation(self) -> int:
@@ -38,7 +40,6 @@ class Doorbell:
     def ring(self) -> None:
         with self._condition:
             self._generation += 1
-            self.rings += 1
             self._condition.notify_all()
 
     def wait(self, since: int, timeout: float) -> bool:
@@ -47,12 +48,22 @@ class Doorbell:
             return self._condition.wait_for(lambda: self._generation != since, timeout)
 
 
+def can_listen(alias: str) -> bool:
+    """PostgreSQL with WEFT_NOTIFY on, through psycopg 3 (whose API the listener uses)."""
+    if connections[alias].vendor != "postgresql" or not weft_settings.NOTIFY:
+        return False
+    from django.db.backends.postgresql.psycopg_any import is_psycopg3
+
+    return is_psycopg3
+
+
 class Listener:
-    def __init__(self, alias: str, bell: Doorbell, stop_event: threading.Event) -> None:
+    def __init__(self, alias: str, stop_event: threading.Event) -> None:
         self.alias = alias
-        self.bell = bell
+        self.runs = Doorbell()
+        self.schedules = Doorbell()
         self.stop_event = stop_event
-        self.listening = threading.Event()  # set while a LISTEN connection is up (tests wait on it)
+        self._bells = {CHANNEL: self.runs, SCHEDULE_CHANNEL: self.schedules}
         self._thread = threading.Thread(target=self._run, name="weft-listener", daemon=True)
 
     def start(self) -> None:
@@ -61,6 +72,10 @@ class Listener:
     def join(self) -> None:
         self._thread.join()
 
+    def ring_all(self) -> None:
+        for bell in self._bells.values():
+            bell.ring()
+
     def _run(self) -> None:
         while not self.stop_event.is_set():
             wrapper = connections.create_connection(self.alias)
@@ -68,21 +83,19 @@ class Listener:
                 wrapper.ensure_connection()
                 raw = wrapper.connection
                 raw.autocommit = True
-                raw.execute(f"LISTEN {CHANNEL}")
-                self.listening.set()
-                self.bell.ring()  # runs made runnable before LISTEN took effect
+                for channel in self._bells:
+                    raw.execute(f"LISTEN {channel}")
+                self.ring_all()  # changes made before LISTEN took effect
                 while not self.stop_event.is_set():
-                    for _ in raw.notifies(timeout=STOP_CHECK_SECONDS):
-                        self.bell.ring()
+                    for notice in raw.notifies(timeout=STOP_CHECK_SECONDS):
+                        self._bells[notice.channel].ring()
             except Exception:
-                self.listening.clear()
                 if self.stop_event.is_set():
                     break
                 logger.exception("LISTEN connection failed; polling until it is back in %ss", RECONNECT_SECONDS)
-                self.bell.ring()
+                self.ring_all()
                 self.stop_event.wait(RECONNECT_SECONDS)
             finally:
-                self.listening.clear()
                 try:
                     wrapper.close()
                 except Exception:

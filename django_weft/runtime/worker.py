@@ -3,8 +3,9 @@
 N executor threads claim runnable runs and drive them; a LeaseKeeper renews the leases of the runs they
 hold; the calling thread runs the periodic maintenance (execution timeouts, schedules, retention, and
 with Celery executing, deliveries no task covers). On PostgreSQL a Listener wakes idle executors as soon
-as a run becomes runnable. Stopping lets every executor finish the step it is in, hands its remaining runs
-back, and returns. With no executor threads (``--no-execute``) it is the maintenance loop alone.
+as a run becomes runnable, and the maintenance loop when a schedule changes. Stopping lets every executor
+finish the step it is in, hands its remaining runs back, and returns. With no executor threads
+(``--no-execute``) it is the maintenance loop alone.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from ..maintenance import default_owner, maintenance_pass
 from ..models import Schedule, ScheduleStatus, Workflow
 from . import executor
 from .leases import LeaseKeeper
-from .listener import Doorbell, Listener
+from .listener import Doorbell, Listener, can_listen
 
 logger = logging.getLogger("django_weft.worker")
 
@@ -42,17 +43,19 @@ class Worker:
         self.stop_event = threading.Event()
         self.outcomes: Counter = Counter()
         self._leases = LeaseKeeper()
-        self.bell = Doorbell()
-        self.listener: Listener | None = None
         alias = router.db_for_write(Workflow)
-        if threads and weft_settings.NOTIFY and connections[alias].vendor == "postgresql":
-            self.listener = Listener(alias, self.bell, self.stop_event)
+        self.listener: Listener | None = Listener(alias, self.stop_event) if can_listen(alias) else None
+        # Without a listener nothing rings but stop(): the loops poll.
+        self.run_bell = self.listener.runs if self.listener else Doorbell()
+        self.schedule_bell = self.listener.schedules if self.listener else Doorbell()
 
     # --- control -------------------------------------------------------------------------------------
 
     def stop(self) -> None:
         self.stop_event.set()
-        self.bell.ring()  # idle executors wait on the bell, not on stop_event
+        # The loops wait on their bells, not on stop_event.
+        self.run_bell.ring()
+        self.schedule_bell.ring()
 
     @property
     def stopping(self) -> bool:
@@ -85,6 +88,7 @@ class Worker:
     def _maintenance_loop(self) -> None:
         last_purge: float | None = None
         while not self.stopping:
+            rung = self.schedule_bell.generation  # a schedule changed from here on cuts the wait short
             try:
                 close_old_connections()
                 now = clock.now()
@@ -97,13 +101,13 @@ class Worker:
                     logger.info("maintenance: %s", report)
             except Exception:
                 logger.exception("maintenance pass failed; retrying")
-            self.stop_event.wait(self._next_tick_delay())
+            self.schedule_bell.wait(rung, self._next_tick_delay())
 
     def _executor_loop(self) -> None:
         owner = default_owner()
         try:
             while not self.stopping:
-                rung = self.bell.generation  # a ring from here on cuts the idle wait short
+                rung = self.run_bell.generation  # a ring from here on cuts the idle wait short
                 try:
                     claims = transitions.claim(owner, clock.now(), weft_settings.CLAIM_BATCH_SIZE)
                 except Exception:
@@ -112,7 +116,7 @@ class Worker:
                     self.stop_event.wait(ERROR_BACKOFF_SECONDS)
                     continue
                 if not claims:
-                    self.bell.wait(rung, self._idle_delay())
+                    self.run_bell.wait(rung, self._idle_delay())
                     # Only an idle thread recycles its connection (CONN_MAX_AGE); a busy one keeps it.
                     close_old_connections()
                     continue

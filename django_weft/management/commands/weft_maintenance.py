@@ -56,10 +56,7 @@ class Command(BaseCommand):
                 report = run_maintenance()
             self.stdout.write(f"weft_maintenance: {report}")
             return
-        if weft_settings.SCHEDULES:
-            report = sync_schedules()
-            self.stdout.write(f"weft_maintenance: WEFT_SCHEDULES synced (created {len(report.created)}, "
-                              f"updated {len(report.updated)}, paused {len(report.paused)})")
+        self.sync_schedules()
         worker = Worker(threads=0 if no_execute else workers, interval=interval)
 
         def on_signal(signum: int, frame: Any) -> None:
@@ -91,3 +88,11 @@ class Command(BaseCommand):
         self.stdout.write(f"weft_maintenance: {verb} the django-celery-beat periodic task 'django_weft "
                           f"maintenance' (task django_weft.maintenance every {every}s); run beat with "
                           "--scheduler django_celery_beat.schedulers:DatabaseScheduler")
+        self.sync_schedules()  # beat runs no weft_maintenance that would sync them at start
+
+    def sync_schedules(self) -> None:
+        if not weft_settings.SCHEDULES:
+            return
+        report = sync_schedules()
+        self.stdout.write(f"weft_maintenance: WEFT_SCHEDULES synced (created {len(report.created)}, "
+                          f"updated {len(report.updated)}, paused {len(report.paused)})")
