@@ -145,8 +145,10 @@ def run_maintenance(now: datetime | None = None) -> MaintenanceReport:
 
 # Runs that became runnable this recently probably have their own drive task in flight.
 DISPATCH_GRACE = timedelta(seconds=2)
-# Distinct schedule instants in the coming window that get a tick task of their own, per pass.
+# Distinct schedule instants in the coming window that get a tick task of their own, per pass, and how
+# many due schedules are looked at for them.
 MAX_TICKS_AHEAD = 20
+MAX_SCHEDULES_AHEAD = 200
 # The coming window reaches this many passes ahead, so a pass that runs late leaves no gap between its
 # window and the previous one (what two windows both cover is sent twice: harmless).
 WINDOW_OVERLAP = 2
@@ -179,13 +181,24 @@ def dispatch_to_celery(now: datetime, window: float) -> int:
 
 def tick_ahead(now: datetime, window: float) -> int:
     """Send ``django_weft.tick`` tasks with ETAs for the schedule instants of the coming window: a
-    beat-driven pass every few seconds alone would start their runs late (and late counts as missed)."""
-    instants = (
-        Schedule.objects.filter(status=ScheduleStatus.ACTIVE, due_at__gt=now,
-                                due_at__lte=now + timedelta(seconds=window * WINDOW_OVERLAP))
-        .order_by("due_at").values_list("due_at", flat=True).distinct()[:MAX_TICKS_AHEAD]
-    )
-    return sum(wakeups.send_tick(instant) for instant in instants)
+    beat-driven pass every few seconds alone would start their runs late (and late counts as missed).
+
+    The instants are each due schedule's next occurrence and the ones after it inside the window (for
+    schedules more frequent than the passes), at most MAX_TICKS_AHEAD distinct ones, soonest first.
+    """
+    from .schedules import cadence_of
+
+    end = now + timedelta(seconds=window * WINDOW_OVERLAP)
+    due_soon = (Schedule.objects.filter(status=ScheduleStatus.ACTIVE, due_at__gt=now, due_at__lte=end)
+                .order_by("due_at")[:MAX_SCHEDULES_AHEAD])
+    instants: set[datetime] = set()
+    for schedule in due_soon:
+        cadence = cadence_of(schedule)
+        moment: datetime | None = schedule.due_at
+        while moment is not None and moment <= end and len(instants) < MAX_TICKS_AHEAD * 4:
+            instants.add(moment)
+            moment = cadence.next_after(moment)
+    return sum(wakeups.send_tick(instant) for instant in sorted(instants)[:MAX_TICKS_AHEAD])
 
 
 def maintenance_pass(now: datetime, *, window: float, purge: bool = True) -> MaintenanceReport:

@@ -3,7 +3,8 @@
 * ``django_weft.drive``: execute one run (or a batch); sent after commit whenever a run becomes runnable.
 * ``django_weft.maintenance``: the maintenance pass; ``manage.py weft_maintenance --install-beat`` makes
   django-celery-beat send it every few seconds.
-* ``django_weft.tick``: a schedule tick at an exact instant, sent ahead by the maintenance pass.
+* ``django_weft.tick``: a schedule tick at an exact instant, sent ahead by the maintenance pass and when a
+  schedule is created, changed or resumed.
 
 Each task is safe to run twice or late: runs are claimed through the fenced claim, schedules through
 ``SKIP LOCKED`` rows. Importing this module needs Celery; nothing else in django_weft does.

@@ -143,7 +143,8 @@ def test_beat_runs_maintenance_schedules_long_timers_and_lost_deliveries(celery,
     horizon = {"WEFT_CELERY_ETA_HORIZON": "0.5"}
     cel.worker("worker", **horizon)
     with override_settings(WEFT_EXECUTOR="celery", WEFT_CELERY_QUEUE=queue, WEFT_CELERY_ETA_HORIZON=0.5):
-        call_command("weft_maintenance", "--install-beat", "--every", "1")
+        # Passes every 3 s, a schedule every 2 s: its occurrences between passes need the ticks sent ahead.
+        call_command("weft_maintenance", "--install-beat", "--every", "3")
         long_sleep = weft.start("test.steps", {"key": "long", "count": 2, "sleep": 3})
         with monkeypatch.context() as broken:
             broken.setattr(tasks.drive, "apply_async", lambda *a, **k: (_ for _ in ()).throw(OSError("down")))

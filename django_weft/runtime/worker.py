@@ -2,10 +2,10 @@
 
 N executor threads claim runnable runs and drive them; a LeaseKeeper renews the leases of the runs they
 hold; the calling thread runs the periodic maintenance (execution timeouts, schedules, retention, and
-with Celery executing, deliveries no task covers). On PostgreSQL a Listener wakes idle executors as soon
-as a run becomes runnable, and the maintenance loop when a schedule changes. Stopping lets every executor
-finish the step it is in, hands its remaining runs back, and returns. With no executor threads
-(``--no-execute``) it is the maintenance loop alone.
+with Celery executing, deliveries no task covers). On PostgreSQL (psycopg 3, WEFT_NOTIFY) a Listener wakes
+idle executors as soon as a run becomes runnable, and the maintenance loop when a schedule changes.
+Stopping lets every executor finish the step it is in, hands its remaining runs back, and returns. With no
+executor threads (``--no-execute``) it is the maintenance loop alone.
 """
 
 from __future__ import annotations
