@@ -73,6 +73,9 @@ ENV_DB_NAME = "WEFT_BENCH_DB_NAME"
 ENV_NOTIFY = "WEFT_BENCH_NOTIFY"
 # Environment of the bench's Celery worker: the queue of the bench, for the tasks it sends itself too.
 ENV_CELERY_QUEUE = "WEFT_BENCH_CELERY_QUEUE"
+# --prestart: a weft_maintenance child waits until this file exists before it starts executing.
+ENV_GO = "WEFT_BENCH_GO"
+WAITING_LINE = "weft_bench child: ready, waiting for go"
 CHILD_CODE = (
     "import django; django.setup(); "
     "from django_weft.bench_processes import maintenance_child; maintenance_child()"
@@ -108,6 +111,11 @@ def maintenance_child() -> None:
         settings.WEFT_NOTIFY = os.environ[ENV_NOTIFY] == "1"
     # The project's code-defined schedules are not synced into the bench's database.
     settings.WEFT_SCHEDULES = {}
+    go = os.environ.get(ENV_GO)
+    if go:  # --prestart: every process starts executing at the same moment, after every run is started
+        print(WAITING_LINE, flush=True)
+        while not os.path.exists(go):
+            time.sleep(0.002)
     call_command("weft_maintenance", *sys.argv[1:])
 
 
@@ -205,12 +213,15 @@ class Children:
         self.progress(f"started {name} (pid {child.pid})")
         return child
 
-    def start_maintenance(self, name: str, *args: str, notify: bool | None = None) -> Child:
+    def start_maintenance(self, name: str, *args: str, notify: bool | None = None,
+                          go: Path | None = None) -> Child:
         from .models import Workflow
 
         extra = {ENV_DB_NAME: str(connections[router.db_for_write(Workflow)].settings_dict["NAME"])}
         if notify is not None:
             extra[ENV_NOTIFY] = "1" if notify else "0"
+        if go is not None:
+            extra[ENV_GO] = str(go)
         return self.start(name, [sys.executable, "-c", CHILD_CODE, *args], child_env(**extra))
 
     def describe(self) -> str:
@@ -324,9 +335,12 @@ def _throughput(run_ids: list, began_wall: float, starts_done_wall: float) -> di
 
 def _drive_bench(*, mode: str, workflows: int, steps: int, probe_seconds: float, timeout: float, keep: bool,
                  progress: Callable[[str], None], launch: Callable[[Children], dict[str, Any]],
-                 extra: dict[str, Any]) -> dict[str, Any]:
+                 extra: dict[str, Any], go: Callable[[], None] | None = None) -> dict[str, Any]:
     """The common part of the throughput modes: probe, ``launch`` the executors (returns report fields),
-    time the starts and the drive, stop the executors, report. ``launch`` runs inside the Children block."""
+    time the starts and the drive, stop the executors, report. ``launch`` runs inside the Children block.
+
+    With ``go`` (--prestart) the executors launched hold off until it is called, after every run is
+    started: the drive is then timed alone, from ``go`` to the last finish, free of the starter's pace."""
     from . import client
     from .models import Workflow
 
@@ -350,6 +364,10 @@ def _drive_bench(*, mode: str, workflows: int, steps: int, probe_seconds: float,
                 run_ids.append(client.start(bench_workflow, steps).run_id)
             start_seconds = time.perf_counter() - began
             starts_done_wall = time.time()
+            if go is not None:
+                progress(f"started {workflows} run(s) in {start_seconds:.2f}s; executors go")
+                began_wall = starts_done_wall = time.time()
+                go()
             progress(f"started {workflows} run(s) in {start_seconds:.2f}s; waiting for them to finish")
             statuses = wait_finished(run_ids, children, timeout)
             polled_seconds = time.perf_counter() - began
@@ -366,6 +384,7 @@ def _drive_bench(*, mode: str, workflows: int, steps: int, probe_seconds: float,
     wps = workflows / elapsed
     return {
         "mode": mode,
+        "prestart": go is not None,
         "vendor": conn.vendor,
         "workflows": workflows,
         "steps": steps,
@@ -381,7 +400,7 @@ def _drive_bench(*, mode: str, workflows: int, steps: int, probe_seconds: float,
         "probe_commits": probe_commits,
         "start_seconds": round(start_seconds, 3),
         "starts_per_second": round(workflows / start_seconds, 1),
-        # From the first start to the latest finished_at (the starts overlap the drive).
+        # From the first start (--prestart: from go) to the latest finished_at.
         "elapsed_seconds": round(elapsed, 3),
         "drain_seconds": round(figures["drain"], 3),
         "polled_seconds": round(polled_seconds, 3),
@@ -407,9 +426,11 @@ def _drive_bench(*, mode: str, workflows: int, steps: int, probe_seconds: float,
 
 def run_process_bench(*, workflows: int, steps: int, processes: int, workers: int = 1,
                       interval: float | None = None, probe_seconds: float = 2.0, timeout: float = 600.0,
-                      keep: bool = False, progress: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
+                      keep: bool = False, prestart: bool = False,
+                      progress: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
     """``processes`` real ``weft_maintenance`` processes with ``workers`` executor threads each execute
-    ``workflows`` bench runs started from this process. Raises BenchError if runs fail or time out."""
+    ``workflows`` bench runs started from this process (with ``prestart``, all started before any process
+    executes). Raises BenchError if runs fail or time out."""
     if weft_settings.EXECUTOR == "celery":
         raise BenchError("WEFT_EXECUTOR is 'celery' here: the bench's starts would send Celery tasks; "
                          "run --processes with the loop executor")
@@ -418,16 +439,27 @@ def run_process_bench(*, workflows: int, steps: int, processes: int, workers: in
         args = ["--workers", str(workers)]
         if interval is not None:
             args += ["--interval", str(interval)]
-        started = [children.start_maintenance(f"maintenance-{i + 1}", *args) for i in range(processes)]
+        started = [children.start_maintenance(f"maintenance-{i + 1}", *args, go=go_file if prestart else None)
+                   for i in range(processes)]
+        if prestart:
+            for child in started:
+                children.wait_for_line(child, WAITING_LINE)
+            return {"wakeups": "held at a barrier until every run is started"}
         lines = [children.wait_for_line(child, READY_LINE) for child in started]
         children.check_alive("starting up")
         for line in lines:
             progress(line)
         return {"wakeups": lines[0].split(", ", 1)[-1].split(";")[0] if lines else None}
 
-    return _drive_bench(mode="processes", workflows=workflows, steps=steps, probe_seconds=probe_seconds,
-                        timeout=timeout, keep=keep, progress=progress, launch=launch,
-                        extra={"processes": processes, "workers_per_process": workers, "interval": interval})
+    go_dir = Path(tempfile.mkdtemp(prefix="weft-bench-go-"))
+    go_file = go_dir / "go"
+    try:
+        return _drive_bench(mode="processes", workflows=workflows, steps=steps, probe_seconds=probe_seconds,
+                            timeout=timeout, keep=keep, progress=progress, launch=launch,
+                            go=go_file.touch if prestart else None,
+                            extra={"processes": processes, "workers_per_process": workers, "interval": interval})
+    finally:
+        shutil.rmtree(go_dir, ignore_errors=True)
 
 
 # --- a Celery worker -----------------------------------------------------------------------------------
@@ -450,9 +482,11 @@ def _reset_producers(app: Any) -> None:
 
 def run_celery_bench(*, workflows: int, steps: int, celery_workers: int, celery_app: str = "testproject",
                      broker: str = DEFAULT_BROKER, probe_seconds: float = 2.0, timeout: float = 600.0,
-                     keep: bool = False, progress: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
+                     keep: bool = False, prestart: bool = False,
+                     progress: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
     """A Celery worker (prefork, ``celery_workers`` processes) executes ``workflows`` bench runs started
     from this process with ``WEFT_EXECUTOR = "celery"``: each start sends ``django_weft.drive`` after commit.
+    With ``prestart`` the worker stops consuming its queue until every run is started.
 
     The tasks go to a queue of this bench alone (``weft_bench.<tag>``, deleted afterwards), consumed by a
     worker named ``weft-bench-<tag>@<host>``, so other workers on the same broker neither take them nor
@@ -502,7 +536,14 @@ def run_celery_bench(*, workflows: int, steps: int, celery_workers: int, celery_
                 raise BenchError(f"the Celery worker {node} did not answer a ping within {READY_SECONDS:g}s\n"
                                  f"{children.describe()}")
         progress(f"celery worker {node} (pid {worker.pid}) is up, consuming {queue}")
-        return {"celery_queue": queue, "purged_before": purge_and_delete(False)}
+        purged = purge_and_delete(False)
+        if prestart:
+            app.control.cancel_consumer(queue, destination=[node], reply=True, timeout=5.0)
+            progress(f"the worker stopped consuming {queue} until every run is started")
+        return {"celery_queue": queue, "purged_before": purged}
+
+    def go() -> None:
+        app.control.add_consumer(queue, destination=[node], reply=True, timeout=5.0)
 
     app.set_current()
     app.conf.broker_url = broker
@@ -512,6 +553,7 @@ def run_celery_bench(*, workflows: int, steps: int, celery_workers: int, celery_
         with override_settings(WEFT_EXECUTOR="celery", WEFT_CELERY_QUEUE=queue):
             return _drive_bench(mode="celery", workflows=workflows, steps=steps, probe_seconds=probe_seconds,
                                 timeout=timeout, keep=keep, progress=progress, launch=launch,
+                                go=go if prestart else None,
                                 extra={"celery_workers": celery_workers, "celery_pool": "prefork",
                                        "celery_app": celery_app, "broker": _sanitize(broker)})
     finally:

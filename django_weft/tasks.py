@@ -15,14 +15,25 @@ from __future__ import annotations
 from typing import Any
 
 from celery import shared_task
+from django.db import close_old_connections, connections
 
 from . import clock
+
+
+def _recycle_connections() -> None:
+    """Apply Django's CONN_MAX_AGE and CONN_HEALTH_CHECKS per task, as Django does per request: a connection
+    that broke (a database restart) is replaced instead of failing every later task. (With
+    CELERY_DB_REUSE_MAX set, Celery no longer closes the connection around every task, which costs a
+    reconnect each.) Not inside a transaction: an eager task may run in one (tests)."""
+    if not any(conn.in_atomic_block for conn in connections.all(initialized_only=True)):
+        close_old_connections()
 
 
 @shared_task(name="django_weft.drive", ignore_result=True)
 def drive(run_id: str | None = None) -> dict[str, int]:
     from .runtime.drive import drive_runs
 
+    _recycle_connections()
     return dict(drive_runs(run_id))
 
 
@@ -30,6 +41,7 @@ def drive(run_id: str | None = None) -> dict[str, int]:
 def maintenance(every: float = 5.0) -> dict[str, Any]:
     from .maintenance import maintenance_pass, tick_ahead
 
+    _recycle_connections()
     now = clock.now()
     report = maintenance_pass(now, window=every).as_dict()
     report["ticks_sent"] = tick_ahead(now, every)
@@ -40,4 +52,5 @@ def maintenance(every: float = 5.0) -> dict[str, Any]:
 def tick() -> int:
     from .schedules import fire_due_schedules
 
+    _recycle_connections()
     return fire_due_schedules(clock.now())

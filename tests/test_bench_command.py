@@ -83,6 +83,27 @@ def test_weft_bench_processes_runs_every_workflow_in_weft_maintenance_subprocess
 
 
 @pytest.mark.django_db(transaction=True)
+def test_weft_bench_prestart_holds_the_processes_until_every_run_is_started(subprocess_env):
+    figures, progress = run_bench_command("--workflows", "6", "--steps", "1", "--processes", "2", "--prestart",
+                                          "--interval", "0.2", "--probe-seconds", "0.2", "--timeout", "60")
+    assert figures["prestart"] is True
+    assert_throughput_figures(figures, 6)
+    assert "executors go" in progress
+    completed = sum(int(n) for line in figures["stopped"] for n in re.findall(r"'completed': (\d+)", line))
+    assert len(figures["stopped"]) == 2 and completed == 6, figures["stopped"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_weft_bench_celery_prestart_holds_the_worker_until_every_run_is_started(subprocess_env):
+    if not rabbitmq_reachable():
+        pytest.skip("needs RabbitMQ at 127.0.0.1:5672 (the default --broker)")
+    figures, progress = run_bench_command("--workflows", "6", "--steps", "1", "--celery-workers", "1",
+                                          "--prestart", "--probe-seconds", "0.2", "--timeout", "60")
+    assert figures["prestart"] is True and "stopped consuming" in progress
+    assert_throughput_figures(figures, 6)
+
+
+@pytest.mark.django_db(transaction=True)
 def test_weft_bench_latency_measures_both_notify_settings(subprocess_env):
     figures, _ = run_bench_command("--latency", "3", "--interval", "0.5")
     assert figures["mode"] == "latency" and figures["runs"] == 3

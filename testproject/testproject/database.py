@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlparse
 
@@ -33,5 +34,11 @@ def database_from_env(url: str | None, sqlite_path: Path) -> dict:
         "HOST": parts.hostname or "",
         "PORT": str(parts.port or ""),
         "OPTIONS": options,
-        "CONN_MAX_AGE": 0,
+        # Persistent connections (seconds; "None": unlimited) for long-lived processes, e.g. Celery workers.
+        "CONN_MAX_AGE": _conn_max_age(os.environ.get("DJANGO_CONN_MAX_AGE", "60")),
+        "CONN_HEALTH_CHECKS": True,
     }
+
+
+def _conn_max_age(value: str) -> int | None:
+    return None if value.lower() == "none" else int(value)

@@ -67,6 +67,9 @@ class Command(BaseCommand):
         parser.add_argument("--celery-workers", type=int, default=None,
                             help="Execute in a Celery worker subprocess with this --concurrency (prefork), "
                                  "WEFT_EXECUTOR=celery.")
+        parser.add_argument("--prestart", action="store_true",
+                            help="With --processes/--celery-workers: start every run before the executors may "
+                                 "take any, then time the drive alone (executor capacity, not the starter's pace).")
         parser.add_argument("--celery-app", default="testproject",
                             help="With --celery-workers: the Celery app (celery -A), default testproject.")
         parser.add_argument("--broker", default=None,
@@ -226,14 +229,15 @@ class Command(BaseCommand):
             if processes is not None:
                 figures = run_process_bench(workflows=workflows, steps=steps, processes=processes, workers=workers,
                                             interval=interval, probe_seconds=probe_seconds, timeout=timeout,
-                                            keep=keep, progress=progress)
+                                            keep=keep, prestart=options["prestart"], progress=progress)
                 who = f"{processes} weft_maintenance process(es) x {workers} executor thread(s)"
             else:
                 if interval is not None:
                     raise CommandError("--interval goes with --processes or --latency")
                 figures = run_celery_bench(workflows=workflows, steps=steps, celery_workers=celery_workers,
                                            celery_app=options["celery_app"], broker=options["broker"] or DEFAULT_BROKER,
-                                           probe_seconds=probe_seconds, timeout=timeout, keep=keep, progress=progress)
+                                           probe_seconds=probe_seconds, timeout=timeout, keep=keep,
+                                           prestart=options["prestart"], progress=progress)
                 who = f"a Celery worker with {celery_workers} prefork process(es)"
         except BenchError as exc:
             raise CommandError(f"weft_bench: {exc}") from None
