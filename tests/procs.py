@@ -117,24 +117,17 @@ def processes(tmp_path: Path):
 
 
 @pytest.fixture
-def maintenance(tmp_path: Path):
+def maintenance(processes):
     """``maintenance(name, *args, **env)`` starts a weft_maintenance subprocess; all are killed at the end.
 
     The ``django_db`` machinery is set up by autouse fixtures before this one, so it is torn down after
     it: processes are dead before the test database is flushed.
     """
-    started: list[Maintenance] = []
 
-    def start(name: str, *args: str, **env: str) -> Maintenance:
-        proc = Maintenance(name, tmp_path, args, env)
-        started.append(proc)
-        return proc
+    def start(name: str, *args: str, **env: str) -> Proc:
+        return processes(name, [sys.executable, MANAGE, "weft_maintenance", *args], **env)
 
-    try:
-        yield start
-    finally:
-        for proc in started:
-            proc.kill()
+    return start
 
 
 def outputs(procs: Iterable[Proc]) -> str:

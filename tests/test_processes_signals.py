@@ -32,6 +32,7 @@ from django_weft.models import AsyncActivity, AsyncStatus, RunStatus, Signal, Ti
 from tests.procs import (
     REPO_ROOT,
     SHORT_LEASE,
+    Proc,
     journal,
     outputs,
     pids_of,
@@ -144,57 +145,22 @@ print(json.dumps({"index": index, "outcome": result.outcome, "run_id": str(resul
 """
 
 
-class Racer:
-    """One ``python -c RACER_SCRIPT`` subprocess; quacks like tests.procs.Maintenance for wait_until."""
-
-    def __init__(self, index: int, directory: Path, count: int, signal_id: str) -> None:
-        self.name = f"racer-{index}"
-        self.stdout_path = directory / f"{self.name}.stdout"
-        self.stderr_path = directory / f"{self.name}.stderr"
-        env = {
-            **os.environ,  # DATABASE_URL passes through
-            "DJANGO_SETTINGS_MODULE": "tests.settings",
-            "WEFT_TEST_DB_NAME": str(connection.settings_dict["NAME"]),
-            "PYTHONUNBUFFERED": "1",
-            # What pytest's `pythonpath` setting gives this process.
-            "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), str(REPO_ROOT / "testproject"),
-                                           os.environ.get("PYTHONPATH", "")]),
-        }
-        with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
-            self.popen = subprocess.Popen(
+def racer_process(index: int, directory: Path, count: int, signal_id: str) -> Proc:
+    """One ``python -c RACER_SCRIPT`` subprocess on the test database."""
+    # What pytest's `pythonpath` setting gives this process.
+    path = os.pathsep.join([str(REPO_ROOT), str(REPO_ROOT / "testproject"), os.environ.get("PYTHONPATH", "")])
+    return Proc(f"racer-{index}", directory,
                 [sys.executable, "-c", RACER_SCRIPT, str(directory), str(index), str(count), signal_id],
-                cwd=REPO_ROOT, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-            )
-
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
-
-    @property
-    def alive(self) -> bool:
-        return self.popen.poll() is None
-
-    def output(self) -> str:
-        return (f"--- {self.name} (pid {self.pid}, exit code {self.popen.poll()}) stdout:\n"
-                f"{self.stdout_path.read_text(errors='replace')}"
-                f"--- {self.name} stderr:\n{self.stderr_path.read_text(errors='replace')}")
-
-    def kill(self) -> None:
-        if self.alive:
-            self.popen.kill()
-        try:
-            self.popen.wait(10)
-        except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL cannot be ignored
-            pass
+                {"PYTHONPATH": path})
 
 
 def race_in_processes(directory: Path, count: int, signal_id: Callable[[int], str]) -> list[dict]:
     """RACERS processes call start_or_signal together: all connect and report ready, then one file
     releases them at once."""
-    racers: list[Racer] = []
+    racers: list[Proc] = []
     try:
         for index in range(RACERS):
-            racers.append(Racer(index, directory, count, signal_id(index)))
+            racers.append(racer_process(index, directory, count, signal_id(index)))
         wait_until(lambda: all((directory / f"ready-{i}").exists() for i in range(RACERS)),
                    f"the {RACERS} racer processes to connect", DEADLINE, racers)
         (directory / "go").touch()

@@ -6,10 +6,24 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
+
+
+def check_sizes(*, workflows: int, steps: int, workers: int, probe_seconds: float, timeout: float) -> None:
+    if workflows < 1:
+        raise CommandError("--workflows must be at least 1")
+    if steps < 0:
+        raise CommandError("--steps must be 0 or more")
+    if workers < 1:
+        raise CommandError("--workers must be at least 1")
+    if probe_seconds <= 0:
+        raise CommandError("--probe-seconds must be positive")
+    if timeout <= 0:
+        raise CommandError("--timeout must be positive")
 
 
 class Command(BaseCommand):
@@ -40,6 +54,16 @@ class Command(BaseCommand):
         "M runs wait for a signal, which is sent to each after a random pause of 0..S, with PostgreSQL "
         "NOTIFY on and off (see django_weft.bench_processes)."
     )
+
+    def progress_writer(self) -> Callable[[str], None]:
+        """Progress lines go to stderr, so stdout's last line stays the JSON figures."""
+
+        def progress(line: str) -> None:
+            self.stderr.write(f"weft_bench: {line}")
+
+        if settings.DEBUG:
+            progress("warning: DEBUG is on, so every query is logged; results are slower than production")
+        return progress
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--workflows", type=int, default=None, help="Runs to start (N, default 1000).")
@@ -117,25 +141,13 @@ class Command(BaseCommand):
             raise CommandError("--profile goes with --schedules")
         if workflows is None:
             workflows = 1000
-        if workflows < 1:
-            raise CommandError("--workflows must be at least 1")
-        if steps < 0:
-            raise CommandError("--steps must be 0 or more")
-        if workers < 1:
-            raise CommandError("--workers must be at least 1")
-        if probe_seconds <= 0:
-            raise CommandError("--probe-seconds must be positive")
-        if timeout <= 0:
-            raise CommandError("--timeout must be positive")
+        check_sizes(workflows=workflows, steps=steps, workers=workers, probe_seconds=probe_seconds,
+                    timeout=timeout)
 
         # Imported here so the bench workflow is registered only when benchmarking.
         from django_weft.bench import BenchError, run_bench
 
-        def progress(line: str) -> None:
-            self.stderr.write(f"weft_bench: {line}")
-
-        if settings.DEBUG:
-            progress("warning: DEBUG is on, so every query is logged; results are slower than production")
+        progress = self.progress_writer()
         try:
             figures = run_bench(workflows=workflows, steps=steps, workers=workers,
                                 probe_seconds=probe_seconds, timeout=timeout, keep=keep, progress=progress)
@@ -159,9 +171,7 @@ class Command(BaseCommand):
             raise CommandError("--seed-runs must be at least 1 and --seed-steps 0 or more")
         from django_weft import bench_seed
 
-        def progress(line: str) -> None:
-            self.stderr.write(f"weft_bench: {line}")
-
+        progress = self.progress_writer()
         report: dict[str, Any] = {"mode": "seed", "seed": bench_seed.seed(runs, steps, progress)}
         report["admin"] = bench_seed.time_admin_pages(progress=progress)
         report["cleanup"] = None if keep else bench_seed.cleanup(progress)
@@ -178,11 +188,7 @@ class Command(BaseCommand):
 
         from django_weft.bench import BenchError, run_schedule_bench
 
-        def progress(line: str) -> None:
-            self.stderr.write(f"weft_bench: {line}")
-
-        if settings.DEBUG:
-            progress("warning: DEBUG is on, so every query is logged; results are slower than production")
+        progress = self.progress_writer()
         try:
             figures = run_schedule_bench(schedules=schedules, steps=steps, probe_seconds=probe_seconds, keep=keep,
                                          profile=profile, progress=progress)
@@ -202,29 +208,17 @@ class Command(BaseCommand):
     def handle_processes(self, *, workflows: int, steps: int, workers: int, processes: int | None,
                          celery_workers: int | None, interval: float | None, probe_seconds: float, timeout: float,
                          keep: bool, options: dict[str, Any]) -> None:
-        if workflows < 1:
-            raise CommandError("--workflows must be at least 1")
-        if steps < 0:
-            raise CommandError("--steps must be 0 or more")
-        if workers < 1:
-            raise CommandError("--workers must be at least 1")
+        check_sizes(workflows=workflows, steps=steps, workers=workers, probe_seconds=probe_seconds,
+                    timeout=timeout)
         if processes is not None and processes < 1:
             raise CommandError("--processes must be at least 1")
         if celery_workers is not None and celery_workers < 1:
             raise CommandError("--celery-workers must be at least 1")
-        if probe_seconds <= 0:
-            raise CommandError("--probe-seconds must be positive")
-        if timeout <= 0:
-            raise CommandError("--timeout must be positive")
 
         from django_weft.bench import BenchError
         from django_weft.bench_processes import DEFAULT_BROKER, run_celery_bench, run_process_bench
 
-        def progress(line: str) -> None:
-            self.stderr.write(f"weft_bench: {line}")
-
-        if settings.DEBUG:
-            progress("warning: DEBUG is on, so every query is logged; results are slower than production")
+        progress = self.progress_writer()
         try:
             if processes is not None:
                 figures = run_process_bench(workflows=workflows, steps=steps, processes=processes, workers=workers,
@@ -260,9 +254,7 @@ class Command(BaseCommand):
         from django_weft.bench import BenchError
         from django_weft.bench_processes import DEFAULT_LATENCY_INTERVAL, run_latency_bench
 
-        def progress(line: str) -> None:
-            self.stderr.write(f"weft_bench: {line}")
-
+        progress = self.progress_writer()
         try:
             figures = run_latency_bench(runs=runs, interval=DEFAULT_LATENCY_INTERVAL if interval is None else interval,
                                         keep=keep, progress=progress)
