@@ -50,7 +50,7 @@ def maintenance(every: float = 5.0) -> dict[str, Any]:
 
 @shared_task(name="django_weft.tick", ignore_result=True)
 def tick() -> int:
-    from .schedules import fire_due_schedules
+    from .maintenance import tick_when_due
 
     _recycle_connections()
-    return fire_due_schedules(clock.now())
+    return tick_when_due()

@@ -248,3 +248,13 @@ def test_a_run_due_within_a_moment_is_sent_with_its_eta_and_an_early_task_waits_
     assert tasks.drive(str(run.pk)) == {"completed": 1}
     assert handle.refresh().status == RunStatus.COMPLETED
     assert [executions("moment:0"), executions("moment:1")] == [1, 1]
+
+
+def test_a_tick_delivered_a_moment_early_waits_for_its_instant(sent):
+    schedule = weft.create_schedule("every-second", "test.steps", {"key": "early-tick", "count": 1}, every=1,
+                                    overlap="allow_all")
+    due = Schedule.objects.get(pk=schedule.pk).due_at
+    assert tasks.tick() == 1  # sent for `due`, run before it: waits rather than leaving it to a later pass
+    run = Workflow.objects.get(schedule=schedule.pk)
+    assert run.scheduled_for == due
+    assert Schedule.objects.get(pk=schedule.pk).missed_fire_count == 0
