@@ -18,9 +18,11 @@ With pytest, add ``pytest_plugins = ["django_weft.testing"]`` to your conftest.p
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.test.utils import override_settings
 from django.utils import timezone
 
 from . import clock
@@ -33,19 +35,26 @@ except ImportError:  # pytest is optional
 
 
 class WeftTestEnv:
-    """A fake clock plus a synchronous driver. Use as a context manager (restores the real clock)."""
+    """A fake clock plus a synchronous driver. Use as a context manager (restores the real clock).
 
-    def __init__(self, start: datetime | None = None) -> None:
+    It drives runs itself, so with ``WEFT_EXECUTOR = "celery"`` it sends no Celery tasks (no broker is
+    needed, and none is contacted) unless ``send_celery_tasks=True``, for testing that wiring itself.
+    """
+
+    def __init__(self, start: datetime | None = None, *, send_celery_tasks: bool = False) -> None:
         self.start_time = start or timezone.now()
         if timezone.is_naive(self.start_time):
             raise ValueError("WeftTestEnv(start=...) needs an aware datetime")
+        self._executor = nullcontext() if send_celery_tasks else override_settings(WEFT_EXECUTOR="loop")
 
     def __enter__(self) -> WeftTestEnv:
+        self._executor.__enter__()
         clock.set_frozen(self.start_time)
         return self
 
     def __exit__(self, *exc: Any) -> None:
         clock.set_frozen(None)
+        self._executor.__exit__(None, None, None)
 
     def now(self) -> datetime:
         return clock.now()

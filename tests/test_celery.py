@@ -144,7 +144,7 @@ def test_a_lost_delivery_is_logged_and_the_maintenance_pass_delivers_the_run(cel
     with override_settings(WEFT_EXECUTOR="celery"):
         current_app.conf.task_always_eager = True
         try:
-            with WeftTestEnv(handle.refresh().created_at + timedelta(seconds=10)):
+            with WeftTestEnv(handle.refresh().created_at + timedelta(seconds=10), send_celery_tasks=True):
                 report = tasks.maintenance(every=5)
         finally:
             current_app.conf.task_always_eager = False
@@ -160,17 +160,17 @@ def test_a_timer_beyond_the_eta_horizon_is_sent_ahead_by_the_maintenance_pass(se
     assert run.status == RunStatus.WAITING
     assert len(sent.drives()) == 1  # the start only: a two-day timer gets no ETA message when it is set
 
-    with WeftTestEnv(run.runnable_at - timedelta(seconds=30)):
+    with WeftTestEnv(run.runnable_at - timedelta(seconds=30), send_celery_tasks=True):
         tasks.maintenance(every=5)
     assert len(sent.drives()) == 1  # not in the next 5 s yet
-    with WeftTestEnv(run.runnable_at - timedelta(seconds=3)):
+    with WeftTestEnv(run.runnable_at - timedelta(seconds=3), send_celery_tasks=True):
         report = tasks.maintenance(every=5)
     assert report["dispatched"] == 1
     assert sent.drives()[-1] == (str(run.pk), run.runnable_at)
 
 
 def test_the_maintenance_task_sends_ticks_for_schedule_instants_of_the_next_window(sent):
-    with WeftTestEnv() as env:
+    with WeftTestEnv(send_celery_tasks=True) as env:
         schedule = weft.create_schedule("every-2s", "test.steps", {"key": "tick", "count": 1}, every=2,
                                         overlap="allow_all")
         due = Schedule.objects.get(pk=schedule.pk).due_at
@@ -186,7 +186,7 @@ def test_the_maintenance_task_sends_ticks_for_schedule_instants_of_the_next_wind
     assert env.now() < due
 
     # The tick task itself fires what is due at its ETA.
-    with WeftTestEnv(due):
+    with WeftTestEnv(due, send_celery_tasks=True):
         assert tasks.tick() == 1
     assert Workflow.objects.filter(schedule=schedule.pk).count() == 1
 
@@ -258,3 +258,13 @@ def test_a_tick_delivered_a_moment_early_waits_for_its_instant(sent):
     run = Workflow.objects.get(schedule=schedule.pk)
     assert run.scheduled_for == due
     assert Schedule.objects.get(pk=schedule.pk).missed_fire_count == 0
+
+
+def test_the_test_env_drives_runs_itself_and_sends_no_celery_task(sent):
+    with WeftTestEnv() as env:
+        handle = weft.start("test.steps", {"key": "in-test-env", "count": 2, "sleep": 60})
+        env.drive()
+        assert handle.status == RunStatus.WAITING
+        env.advance(60)
+    assert handle.result(timeout=0) == ["IN-TEST-ENV:0", "IN-TEST-ENV:1"]
+    assert sent.calls == []
