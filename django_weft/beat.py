@@ -34,7 +34,10 @@ def install_beat(every: int) -> BeatInstall:
     from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
     with transaction.atomic():
-        interval, _ = IntervalSchedule.objects.get_or_create(every=every, period=IntervalSchedule.SECONDS)
+        # Not get_or_create: django-celery-beat does not make (every, period) unique, so duplicates may exist.
+        interval = IntervalSchedule.objects.filter(every=every, period=IntervalSchedule.SECONDS).order_by("pk").first()
+        if interval is None:
+            interval = IntervalSchedule.objects.create(every=every, period=IntervalSchedule.SECONDS)
         _, created = PeriodicTask.objects.update_or_create(
             name=PERIODIC_TASK_NAME,
             defaults={

@@ -268,3 +268,11 @@ def test_the_test_env_drives_runs_itself_and_sends_no_celery_task(sent):
         env.advance(60)
     assert handle.result(timeout=0) == ["IN-TEST-ENV:0", "IN-TEST-ENV:1"]
     assert sent.calls == []
+
+
+def test_install_beat_reuses_an_existing_interval_even_when_it_is_duplicated():
+    first = IntervalSchedule.objects.create(every=7, period="seconds")
+    IntervalSchedule.objects.create(every=7, period="seconds")  # the project made one already, twice
+    call_command("weft_maintenance", "--install-beat", "--every", "7")
+    assert PeriodicTask.objects.get(name="django_weft maintenance").interval_id == first.pk
+    assert IntervalSchedule.objects.filter(every=7).count() == 2
