@@ -308,6 +308,23 @@ def test_an_error_in_a_tick_pauses_the_schedule_with_the_reason(env):
     assert len(runs(healthy)) == 1, "one schedule's error does not stop the others"
 
 
+def test_an_occurrence_started_already_is_not_started_twice_and_the_page_goes_on(env):
+    """Backfill already started the due occurrence: the tick's start of it fails on the unique constraint,
+    which neither pauses the schedule nor stops the others ticked with it."""
+    clash = weft.create_schedule("clash", "test.collect", 0, cron="* * * * *", timezone="UTC")
+    others = [weft.create_schedule(f"other-{i}", "test.collect", 0, cron="* * * * *", timezone="UTC")
+              for i in range(3)]
+    due = Schedule.objects.get(pk=clash.pk).next_fire_at
+    assert clash.backfill(due, due) == 1
+    env.advance(due - env.now())
+    clash.refresh_from_db()
+    assert clash.status == "active" and [r.scheduled_for for r in runs(clash)] == [due]
+    assert clash.next_fire_at == due + timedelta(minutes=1)
+    for other in others:
+        assert [r.scheduled_for for r in runs(other)] == [due]
+        assert outcomes(other) == ["started"]
+
+
 def test_a_failed_run_does_not_pause_the_schedule(env):
     schedule = weft.create_schedule("fails", "test.uncaught", "x", cron="* * * * *", timezone="UTC")
     fire(env)
