@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, models, transaction
+from django.db import IntegrityError, connections, models, router, transaction
 
 from . import clock, transitions, wakeups
 from .client import prepare_run
@@ -513,8 +513,24 @@ def _tick_page(page: list[Schedule], now: datetime) -> int:
         occurrences.tick()
         started += occurrences.started
     ScheduleOccurrence.objects.bulk_create(traces)
-    Schedule.objects.bulk_update(page, TICKED_FIELDS)
+    _save_ticked(page)
     return started
+
+
+def _save_ticked(page: list[Schedule]) -> None:
+    """The ticked schedules' TICKED_FIELDS in one executemany: each row its own values (Django's
+    bulk_update builds a CASE per field and row, which cost more Python time than the tick itself)."""
+    if not page:
+        return
+    connection = connections[router.db_for_write(Schedule)]
+    meta = Schedule._meta
+    fields = [meta.get_field(name) for name in TICKED_FIELDS]
+    assignments = ", ".join(f"{connection.ops.quote_name(f.column)} = %s" for f in fields)
+    sql = (f"UPDATE {connection.ops.quote_name(meta.db_table)} SET {assignments} "
+           f"WHERE {connection.ops.quote_name(meta.pk.column)} = %s")
+    rows = [[f.get_db_prep_save(getattr(s, f.attname), connection) for f in fields] + [s.pk] for s in page]
+    with connection.cursor() as cursor:
+        cursor.executemany(sql, rows)
 
 
 def _tick_one(schedule: Schedule, now: datetime) -> int:
