@@ -364,11 +364,11 @@ def _drive_bench(*, mode: str, workflows: int, steps: int, probe_seconds: float,
                 run_ids.append(client.start(bench_workflow, steps).run_id)
             start_seconds = time.perf_counter() - began
             starts_done_wall = time.time()
+            progress(f"started {workflows} run(s) in {start_seconds:.2f}s; "
+                     + ("executors go" if go else "waiting for them to finish"))
             if go is not None:
-                progress(f"started {workflows} run(s) in {start_seconds:.2f}s; executors go")
                 began_wall = starts_done_wall = time.time()
                 go()
-            progress(f"started {workflows} run(s) in {start_seconds:.2f}s; waiting for them to finish")
             statuses = wait_finished(run_ids, children, timeout)
             polled_seconds = time.perf_counter() - began
             load_after = _loadavg()

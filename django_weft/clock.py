@@ -7,9 +7,10 @@ fake clock (:mod:`django_weft.testing`) and ``run_maintenance(now=...)`` can act
 from __future__ import annotations
 
 import contextvars
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.utils import timezone
 
@@ -25,6 +26,20 @@ def now() -> datetime:
     if _frozen is not None:
         return _frozen
     return timezone.now()
+
+
+def sleep_until(moment: datetime | None, *, within: timedelta) -> bool:
+    """Sleep until ``moment`` if it is still ahead, but no more than ``within`` ahead; True if it slept.
+
+    For messages delivered a moment before what they were sent for (the clocks of hosts differ a little).
+    """
+    if moment is None:
+        return False
+    ahead = moment - now()
+    if not timedelta(0) < ahead <= within:
+        return False
+    time.sleep(ahead.total_seconds())
+    return True
 
 
 def set_frozen(value: datetime | None) -> None:

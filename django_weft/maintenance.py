@@ -11,7 +11,6 @@ import math
 import os
 import socket
 import threading
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -21,10 +20,10 @@ from django.db.models import F
 
 from . import clock, transitions, wakeups
 from .conf import weft_settings
-from .models import AsyncActivity, RunStatus, Schedule, ScheduleStatus, Signal, Timer, Workflow, WorkflowStep
+from .models import AsyncActivity, RunStatus, Signal, Timer, Workflow, WorkflowStep
 from .runtime import executor
 from .runtime.leases import LeaseKeeper
-from .schedules import fire_due_schedules, purge_history
+from .schedules import due_schedules, fire_due_schedules, next_due_at, purge_history
 
 logger = logging.getLogger("django_weft.maintenance")
 
@@ -190,8 +189,7 @@ def tick_ahead(now: datetime, window: float) -> int:
     from .schedules import cadence_of
 
     end = now + timedelta(seconds=window * WINDOW_OVERLAP)
-    due_soon = (Schedule.objects.filter(status=ScheduleStatus.ACTIVE, due_at__gt=now, due_at__lte=end)
-                .order_by("due_at")[:MAX_SCHEDULES_AHEAD])
+    due_soon = due_schedules().filter(due_at__gt=now, due_at__lte=end)[:MAX_SCHEDULES_AHEAD]
     instants: set[datetime] = set()
     for schedule in due_soon:
         cadence = cadence_of(schedule)
@@ -210,11 +208,7 @@ def tick_when_due() -> int:
     """The ``django_weft.tick`` task: fire due schedules. Delivered a moment early (clocks of hosts differ
     a little), it waits for the soonest instant first: a tick after it would be late, and late by more
     than a second counts the occurrence as missed."""
-    soonest = (Schedule.objects.filter(status=ScheduleStatus.ACTIVE, due_at__isnull=False)
-               .order_by("due_at").values_list("due_at", flat=True).first())
-    now = clock.now()
-    if soonest is not None and now < soonest <= now + TICK_EARLY_WAIT:
-        time.sleep((soonest - now).total_seconds())
+    clock.sleep_until(next_due_at(), within=TICK_EARLY_WAIT)
     return fire_due_schedules(clock.now())
 
 

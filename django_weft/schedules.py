@@ -482,7 +482,7 @@ def fire_due_schedules(now: datetime) -> int:
     started = 0
     while True:
         with transaction.atomic():
-            page = list(_due(now).select_for_update(skip_locked=True)[:PAGE_SIZE])
+            page = list(due_schedules().filter(due_at__lte=now).select_for_update(skip_locked=True)[:PAGE_SIZE])
             try:
                 with transaction.atomic():
                     started_here = _tick_page(page, now)
@@ -495,9 +495,14 @@ def fire_due_schedules(now: datetime) -> int:
             return started
 
 
-def _due(now: datetime) -> models.QuerySet:
-    return Schedule.objects.filter(status=ScheduleStatus.ACTIVE, due_at__isnull=False, due_at__lte=now).order_by(
-        "due_at")
+def due_schedules() -> models.QuerySet:
+    """Active schedules with a next occurrence, soonest due first."""
+    return Schedule.objects.filter(status=ScheduleStatus.ACTIVE, due_at__isnull=False).order_by("due_at")
+
+
+def next_due_at() -> datetime | None:
+    """When the soonest active schedule is due (it may be overdue), or None."""
+    return due_schedules().values_list("due_at", flat=True).first()
 
 
 # What a tick may change on a schedule's row.

@@ -54,26 +54,24 @@ def celery_executes() -> bool:
 
 def runnable(run_id: Any, at: datetime, now: datetime) -> None:
     """Announce that run ``run_id`` can be claimed from ``at`` on; call it in the transaction that made it so."""
-    alias = _alias()
-    soon = at - now
-    if notifies(alias) and soon <= NOTIFY_HORIZON:
-        _notify_after_commit(alias, CHANNEL)
-    if celery_executes() and soon <= timedelta(seconds=weft_settings.CELERY_ETA_HORIZON):
-        # Always with its ETA when it is due later, however soon: a worker claiming early finds nothing.
-        eta = at if at > now else None
-        transaction.on_commit(lambda: send_drive(run_id, eta), using=alias)
+    # Always with its ETA when it is due later, however soon: a worker claiming early finds nothing.
+    _announce(at, now, CHANNEL, lambda: send_drive(run_id, at if at > now else None))
 
 
 def schedule_due(due_at: datetime | None, now: datetime) -> None:
     """Announce a schedule whose next occurrence is ``due_at``; call it in the transaction that set it."""
-    if due_at is None:
-        return
+    if due_at is not None:
+        _announce(due_at, now, SCHEDULE_CHANNEL, lambda: send_tick(due_at))
+
+
+def _announce(at: datetime, now: datetime, channel: str, send: Callable[[], bool]) -> None:
+    """After commit, if ``at`` is soon enough: NOTIFY ``channel`` (PostgreSQL) and ``send`` (Celery)."""
     alias = _alias()
-    soon = due_at - now
+    soon = at - now
     if notifies(alias) and soon <= NOTIFY_HORIZON:
-        _notify_after_commit(alias, SCHEDULE_CHANNEL)
+        _notify_after_commit(alias, channel)
     if celery_executes() and soon <= timedelta(seconds=weft_settings.CELERY_ETA_HORIZON):
-        transaction.on_commit(lambda: send_tick(due_at), using=alias)
+        transaction.on_commit(send, using=alias)
 
 
 _notifiers: dict[tuple[str, str], Callable[[], None]] = {}
@@ -100,35 +98,32 @@ def _notify(alias: str, channel: str) -> None:
         logger.exception("NOTIFY %s failed; idle loops find the change at their next poll", channel)
 
 
-def _celery_options(eta: datetime | None) -> dict[str, Any]:
+def send_drive(run_id: Any | None, eta: datetime | None = None) -> bool:
+    """Send ``django_weft.drive`` (for one run, or for a batch when ``run_id`` is None)."""
+    from .tasks import drive
+
+    return _send(drive, [None if run_id is None else str(run_id)], eta,
+                 f"django_weft.drive for run {run_id}; the maintenance pass will")
+
+
+def send_tick(eta: datetime | None) -> bool:
+    """Send ``django_weft.tick`` for the schedule instant ``eta``."""
+    from .tasks import tick
+
+    return _send(tick, [], eta, f"django_weft.tick for {eta}; the next maintenance pass ticks")
+
+
+def _send(task: Any, args: list, eta: datetime | None, what: str) -> bool:
+    """``task.apply_async`` on WEFT_CELERY_QUEUE. A broker error is logged, not raised: the change the task
+    announces has committed, and the maintenance pass delivers it; False then."""
     options: dict[str, Any] = {"ignore_result": True}
     if eta is not None:
         options["eta"] = eta
     if weft_settings.CELERY_QUEUE:
         options["queue"] = weft_settings.CELERY_QUEUE
-    return options
-
-
-def send_drive(run_id: Any | None, eta: datetime | None = None) -> bool:
-    """Send ``django_weft.drive`` (for one run, or for a batch when ``run_id`` is None). A broker error is
-    logged, not raised: the change it announces has committed, and the maintenance pass delivers it."""
-    from .tasks import drive
-
     try:
-        drive.apply_async(args=[None if run_id is None else str(run_id)], **_celery_options(eta))
+        task.apply_async(args=args, **options)
     except Exception:
-        logger.exception("could not send django_weft.drive for run %s; the maintenance pass will", run_id)
-        return False
-    return True
-
-
-def send_tick(eta: datetime | None) -> bool:
-    """Send ``django_weft.tick`` for the schedule instant ``eta``; a broker error is logged, not raised."""
-    from .tasks import tick
-
-    try:
-        tick.apply_async(**_celery_options(eta))
-    except Exception:
-        logger.exception("could not send django_weft.tick for %s; the next maintenance pass ticks", eta)
+        logger.exception("could not send %s", what)
         return False
     return True

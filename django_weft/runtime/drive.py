@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable
+from datetime import datetime, timedelta
 from typing import Any
 
 from .. import clock, transitions
@@ -15,10 +16,8 @@ from . import executor
 from .leases import LeaseKeeper
 
 NOT_RUNNABLE = "not_runnable"
-# Runs still waiting in a batch after this long go back to the pool for other tasks.
-BATCH_HOLD_SECONDS = 2.0
 # A message for a run due this soon is early (clocks of hosts differ a little): wait for it, once.
-EARLY_WAIT_SECONDS = 2.0
+EARLY_WAIT = timedelta(seconds=2)
 
 
 def drive_runs(run_id: Any | None = None) -> Counter:
@@ -31,7 +30,7 @@ def drive_runs(run_id: Any | None = None) -> Counter:
     outcomes: Counter = Counter()
     limit = 1 if run_id is not None else weft_settings.CLAIM_BATCH_SIZE
     claims = transitions.claim(default_owner(), clock.now(), limit, run_id=run_id)
-    if not claims and run_id is not None and _wait_if_due_soon(run_id):
+    if not claims and run_id is not None and clock.sleep_until(_runnable_at(run_id), within=EARLY_WAIT):
         claims = transitions.claim(default_owner(), clock.now(), limit, run_id=run_id)
     if not claims:
         outcomes[NOT_RUNNABLE] += 1
@@ -41,9 +40,8 @@ def drive_runs(run_id: Any | None = None) -> Counter:
         leases.hold(claims)
         for held in claims:
             try:
-                if time.monotonic() - claimed_at > BATCH_HOLD_SECONDS:
-                    released = transitions.release(held, clock.now())
-                    outcomes[executor.RELEASED if released else executor.LOST] += 1
+                if time.monotonic() - claimed_at > executor.BATCH_HOLD_SECONDS:
+                    outcomes[executor.hand_back(held)] += 1
                 else:
                     budget = _budget(claimed_at + weft_settings.CELERY_TASK_SECONDS)
                     outcomes[executor.execute(held, budget)] += 1
@@ -65,12 +63,5 @@ def _budget(deadline: float) -> Callable[[], bool]:
     return exhausted
 
 
-def _wait_if_due_soon(run_id: Any) -> bool:
-    due = Workflow.objects.filter(pk=run_id, runnable_at__isnull=False).values_list("runnable_at", flat=True).first()
-    if due is None:
-        return False
-    wait = (due - clock.now()).total_seconds()
-    if not 0 < wait <= EARLY_WAIT_SECONDS:
-        return False
-    time.sleep(wait)
-    return True
+def _runnable_at(run_id: Any) -> datetime | None:
+    return Workflow.objects.filter(pk=run_id).values_list("runnable_at", flat=True).first()

@@ -20,6 +20,10 @@ logger = logging.getLogger("django_weft.executor")
 # rolling out the code that knows it).
 UNKNOWN_TYPE_RETRY = timedelta(seconds=60)
 
+# Runs still waiting in a claimed batch after this long (a slow run held them up) go back to the pool,
+# where idle executors can take them.
+BATCH_HOLD_SECONDS = 2.0
+
 # Outcomes of execute()
 COMPLETED, FAILED, CANCELLED, WAITING, RELEASED, LOST, TIMED_OUT = (
     "completed", "failed", "cancelled", "waiting", "released", "lost", "timed_out",
@@ -69,6 +73,11 @@ def execute(claim: transitions.Claim, should_stop: Callable[[], bool] = lambda: 
         logger.warning("run %s of %s failed: %s: %s", run.pk, run.workflow_type, type(exc).__name__, exc)
         return _finish(claim, transitions.S.FAILED, error=error_dict(exc))
     return _finish(claim, transitions.S.COMPLETED, result=result)
+
+
+def hand_back(claim: transitions.Claim) -> str:
+    """Release a held run without executing it (a stop, a held-up batch): RELEASED, or LOST if taken."""
+    return RELEASED if transitions.release(claim, clock.now()) else LOST
 
 
 def _finish(claim: transitions.Claim, status: str, *, result: bytes | None = None,

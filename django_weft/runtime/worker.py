@@ -21,7 +21,8 @@ from django.db import close_old_connections, connections, router
 from .. import clock, transitions
 from ..conf import weft_settings
 from ..maintenance import default_owner, maintenance_pass
-from ..models import Schedule, ScheduleStatus, Workflow
+from ..models import Workflow
+from ..schedules import next_due_at
 from . import executor
 from .leases import LeaseKeeper
 from .listener import Doorbell, Listener, can_listen
@@ -29,7 +30,6 @@ from .listener import Doorbell, Listener, can_listen
 logger = logging.getLogger("django_weft.worker")
 
 ERROR_BACKOFF_SECONDS = 2.0
-BATCH_HOLD_SECONDS = 2.0
 MIN_TICK_DELAY = 0.05
 RETENTION_EVERY_SECONDS = 60.0
 
@@ -125,7 +125,7 @@ class Worker:
                 for held in claims:
                     # Runs still waiting in a batch that a slow run has held up go back to the pool,
                     # where idle executors can take them.
-                    held_up = time.monotonic() - claimed_at > BATCH_HOLD_SECONDS
+                    held_up = time.monotonic() - claimed_at > executor.BATCH_HOLD_SECONDS
                     self._drive(held, hand_back=self.stopping or held_up)
         finally:
             connections.close_all()
@@ -133,7 +133,7 @@ class Worker:
     def _drive(self, held: transitions.Claim, *, hand_back: bool) -> None:
         try:
             if hand_back:
-                outcome = executor.RELEASED if transitions.release(held, clock.now()) else executor.LOST
+                outcome = executor.hand_back(held)
             else:
                 outcome = executor.execute(held, lambda: self.stopping)
             self.outcomes[outcome] += 1
@@ -147,8 +147,7 @@ class Worker:
         """Until the next schedule is due (ticks must be on time: late ones count as missed), at most
         the poll interval."""
         try:
-            soonest = (Schedule.objects.filter(status=ScheduleStatus.ACTIVE, due_at__isnull=False)
-                       .order_by("due_at").values_list("due_at", flat=True).first())
+            soonest = next_due_at()
         except Exception:
             return self.interval
         if soonest is None:

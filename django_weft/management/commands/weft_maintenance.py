@@ -78,11 +78,9 @@ class Command(BaseCommand):
         self.stdout.write(f"weft_maintenance: stopped ({dict(worker.outcomes)})")
 
     def handle_install_beat(self, every: int) -> None:
-        if every < 1:
-            raise CommandError("--every must be at least 1 second")
         try:
             result = install_beat(every)
-        except ConfigurationError as exc:
+        except (ConfigurationError, ValueError) as exc:
             raise CommandError(str(exc)) from exc
         verb = "created" if result.created else "updated"
         self.stdout.write(f"weft_maintenance: {verb} the django-celery-beat periodic task 'django_weft "
