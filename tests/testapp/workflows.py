@@ -294,4 +294,4 @@ def async_early(ctx: weft.Context, key: str) -> object:
     return ctx.run(answered_at_once, key)
 
 
-from . import schedule_workflows, soak_workflows  # noqa: E402,F401
+from . import hardening_workflows, schedule_workflows, soak_workflows, zombie_workflows  # noqa: E402,F401

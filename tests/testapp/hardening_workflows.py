@@ -1,0 +1,3 @@
+"""Workflows for hardening_workflows tests."""
+
+from __future__ import annotations

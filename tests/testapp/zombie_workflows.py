@@ -1,0 +1,3 @@
+"""Workflows for zombie_workflows tests."""
+
+from __future__ import annotations
