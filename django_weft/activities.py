@@ -4,6 +4,7 @@ activities that an outside system completes with a signed task token."""
 from __future__ import annotations
 
 import contextvars
+import math
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -11,11 +12,10 @@ from datetime import timedelta
 from functools import cached_property
 from typing import Any, NoReturn, TypeVar, overload
 
-from django.core import signing
-
-from .conf import weft_settings
 from .durations import to_seconds
-from .exceptions import InvalidArgument, InvalidTaskToken, WeftError
+from .exceptions import InvalidArgument, WeftError
+from .storable import check_text, unstorable_reason
+from .tokens import make_task_token, parse_task_token
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -36,20 +36,24 @@ class RetryPolicy:
     non_retryable: tuple[type[BaseException], ...] = field(default=())
 
     def __post_init__(self) -> None:
-        if not isinstance(self.max_attempts, int) or self.max_attempts < 1:
+        if not isinstance(self.max_attempts, int) or isinstance(self.max_attempts, bool) or self.max_attempts < 1:
             raise InvalidArgument(f"RetryPolicy.max_attempts must be an int >= 1, got {self.max_attempts!r}")
-        if self.initial_backoff < 0 or self.max_backoff < 0:
-            raise InvalidArgument("RetryPolicy backoffs must not be negative")
-        if self.backoff_multiplier < 1:
-            raise InvalidArgument(
-                f"RetryPolicy.backoff_multiplier must be >= 1, got {self.backoff_multiplier!r}"
-            )
+        to_seconds(self.initial_backoff, "RetryPolicy.initial_backoff", allow_zero=True)
+        to_seconds(self.max_backoff, "RetryPolicy.max_backoff", allow_zero=True)
+        multiplier = self.backoff_multiplier
+        if (not isinstance(multiplier, int | float) or isinstance(multiplier, bool) or not math.isfinite(multiplier)
+                or multiplier < 1):
+            raise InvalidArgument(f"RetryPolicy.backoff_multiplier must be a finite number >= 1, got {multiplier!r}")
         if not isinstance(self.non_retryable, tuple):
             object.__setattr__(self, "non_retryable", tuple(self.non_retryable))
 
     def backoff(self, attempt: int) -> float:
         """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
-        return min(self.initial_backoff * self.backoff_multiplier ** (attempt - 1), self.max_backoff)
+        try:
+            grown = self.initial_backoff * self.backoff_multiplier ** (attempt - 1)
+        except OverflowError:
+            grown = math.inf
+        return min(grown, self.max_backoff)
 
     def should_retry(self, attempt: int, error: BaseException) -> bool:
         return attempt < self.max_attempts and not isinstance(error, self.non_retryable)
@@ -96,6 +100,10 @@ def activity(
     close_seconds = (None if schedule_to_close_timeout is None
                      else to_seconds(schedule_to_close_timeout, "schedule_to_close_timeout", allow_zero=False))
 
+    if name is not None and (not isinstance(name, str) or not name or len(name) > 255 or unstorable_reason(name)):
+        raise InvalidArgument(f"activity name {name!r} must be a non-empty string of at most 255 characters "
+                              "without NUL or lone surrogates")
+
     def register(func: F) -> F:
         func.__weft_activity__ = ActivityDefinition(  # type: ignore[attr-defined]
             name=name or f"{func.__module__}.{func.__qualname__}",
@@ -129,7 +137,7 @@ def definition_of(fn: Callable[..., Any]) -> ActivityDefinition:
 # --- inside an activity ------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass
 class ActivityInfo:
     """Where the running activity attempt sits: ``weft.activity_info()`` inside an activity."""
 
@@ -138,6 +146,9 @@ class ActivityInfo:
     seq: int
     attempt: int
     activity: str
+    # How often an operator retried the run: part of the token, so pre-retry tokens resolve nothing.
+    generation: int = 0
+    token_handed_out: bool = field(default=False, init=False, repr=False, compare=False)
 
     @cached_property
     def task_token(self) -> str:
@@ -146,7 +157,8 @@ class ActivityInfo:
         Deterministic for (run, step, attempt), so an attempt re-run after a crash hands out the same
         token; it is single-use and names nothing else.
         """
-        return make_task_token(self.run_id, self.seq, self.attempt)
+        self.token_handed_out = True
+        return make_task_token(self.run_id, self.seq, self.attempt, self.generation)
 
 
 # Set by the executor around each activity attempt.
@@ -175,26 +187,7 @@ def complete_async() -> NoReturn:
     raise CompleteAsync()
 
 
-# --- task tokens -------------------------------------------------------------------------------------
-
-
-def _signer() -> signing.Signer:
-    return signing.Signer(salt=weft_settings.TOKEN_SALT)
-
-
-def make_task_token(run_id: uuid.UUID, seq: int, attempt: int) -> str:
-    return _signer().sign_object({"r": str(run_id), "s": seq, "a": attempt}, compress=False)
-
-
-def read_task_token(token: Any) -> tuple[uuid.UUID, int, int]:
-    """(run_id, seq, attempt) of a genuine token; InvalidTaskToken for anything forged or malformed."""
-    if not isinstance(token, str) or not token or len(token) > 512:
-        raise InvalidTaskToken("a task token must be the non-empty string activity_info().task_token gave")
-    try:
-        data = _signer().unsign_object(token)
-        return uuid.UUID(data["r"]), int(data["s"]), int(data["a"])
-    except (signing.BadSignature, ValueError, KeyError, TypeError):
-        raise InvalidTaskToken("the task token is not genuine (bad signature or malformed)") from None
+# --- completing async activities -------------------------------------------------------------------
 
 
 def complete_async_activity(token: str, result: Any = None) -> None:
@@ -208,9 +201,12 @@ def complete_async_activity(token: str, result: Any = None) -> None:
     from .codec import encode
     from .models import AsyncStatus
 
-    run_id, seq, attempt = read_task_token(token)
+    parts = parse_task_token(token)
     data = encode(result, what="async activity result")
-    transitions.resolve_async(run_id, seq, attempt, clock.now(), status=AsyncStatus.COMPLETED, result=data)
+    transitions.resolve_async(parts, clock.now(), status=AsyncStatus.COMPLETED, result=data)
+
+
+MAX_ERROR_TEXT = 4000
 
 
 def fail_async_activity(token: str, error: BaseException | str | dict) -> None:
@@ -222,14 +218,21 @@ def fail_async_activity(token: str, error: BaseException | str | dict) -> None:
     from .models import AsyncStatus
     from .runtime.errors import error_dict
 
-    run_id, seq, attempt = read_task_token(token)
+    parts = parse_task_token(token)
     if isinstance(error, BaseException):
         details = error_dict(error)
     elif isinstance(error, str) and error:
         details = {"type": "AsyncActivityFailed", "message": error}
-    elif isinstance(error, dict) and isinstance(error.get("message"), str):
-        details = {"type": str(error.get("type") or "AsyncActivityFailed"), "message": error["message"]}
+    elif isinstance(error, dict) and isinstance(error.get("message"), str) and error["message"]:
+        kind = error.get("type") or "AsyncActivityFailed"
+        if not isinstance(kind, str):
+            raise InvalidArgument('the error\'s "type" must be a string')
+        details = {"type": kind, "message": error["message"]}
     else:
         raise InvalidArgument('error must be an exception, a non-empty message, or {"message": ..., "type": ...}')
-    details["attempt"] = attempt
-    transitions.resolve_async(run_id, seq, attempt, clock.now(), status=AsyncStatus.FAILED, error=details)
+    for part in ("type", "message"):
+        if len(details[part]) > MAX_ERROR_TEXT:
+            raise InvalidArgument(f"the error's {part} is longer than {MAX_ERROR_TEXT} characters")
+        check_text(details[part], f"the error's {part}")
+    details["attempt"] = parts.attempt
+    transitions.resolve_async(parts, clock.now(), status=AsyncStatus.FAILED, error=details)

@@ -6,7 +6,6 @@ back leaves nothing behind, and nothing runs before the caller commits.
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from collections.abc import Callable, Iterable
@@ -30,9 +29,12 @@ from .exceptions import (
 )
 from .models import RunStatus, Workflow
 from .registry import WorkflowDefinition, get_workflow
+from .storable import check_json, check_text
 
 TERMINAL_CONFLICT_CHOICES = ("error", "start_new")
 MAX_ID_LENGTH = 255
+MAX_TAGS = 64
+MAX_REASON_LENGTH = 2000
 
 
 class WorkflowHandle:
@@ -103,11 +105,11 @@ class WorkflowHandle:
 
     def cancel(self, reason: str = "") -> bool:
         """Cancel this run. Returns False if it had already finished."""
-        return transitions.cancel(self.run_id, clock.now(), reason)
+        return transitions.cancel(self.run_id, clock.now(), _check_reason(reason))
 
     def suspend(self, reason: str = "") -> None:
         """Pause this run until :meth:`resume`."""
-        transitions.suspend(self.run_id, clock.now(), reason)
+        transitions.suspend(self.run_id, clock.now(), _check_reason(reason))
 
     def resume(self) -> None:
         transitions.resume(self.run_id, clock.now())
@@ -127,15 +129,28 @@ def _outcome(run: Workflow) -> Any:
 
 def _check_id(value: Any, what: str) -> None:
     if not isinstance(value, str) or not value or len(value) > MAX_ID_LENGTH:
+        shown = repr(value) if not isinstance(value, str) or len(value) <= 80 else f"{len(value)} characters"
         raise InvalidArgument(f"{what} must be a non-empty string of at most {MAX_ID_LENGTH} characters, "
-                              f"got {value!r}")
+                              f"got {shown}")
+    check_text(value, what)
 
 
-def _check_json(value: Any, what: str) -> None:
-    try:
-        json.dumps(value)
-    except (TypeError, ValueError) as exc:
-        raise InvalidArgument(f"{what} must be JSON-serialisable: {exc}") from None
+def _check_reason(reason: Any) -> str:
+    if not isinstance(reason, str) or len(reason) > MAX_REASON_LENGTH:
+        raise InvalidArgument(f"a reason must be a string of at most {MAX_REASON_LENGTH} characters")
+    check_text(reason, "reason")
+    return reason
+
+
+def _check_tags(tags: Any) -> list[str]:
+    tag_list = list(tags) if not isinstance(tags, str | bytes | dict) else None  # a bare string is a mistake
+    if tag_list is None or not all(isinstance(t, str) and t for t in tag_list):
+        raise InvalidArgument("tags must be an iterable of non-empty strings")
+    if len(tag_list) > MAX_TAGS:
+        raise InvalidArgument(f"a run takes at most {MAX_TAGS} tags, got {len(tag_list)}")
+    for tag in tag_list:
+        _check_id(tag, "a tag")
+    return tag_list
 
 
 def prepare_run(
@@ -161,13 +176,11 @@ def prepare_run(
         raise InvalidArgument("pass start_at or start_after, not both")
     if start_at is not None and (not isinstance(start_at, datetime) or start_at.tzinfo is None):
         raise InvalidArgument(f"start_at must be an aware datetime, got {start_at!r}")
-    tag_list = list(tags) if not isinstance(tags, str) else None  # a bare string is a mistake, not tags
-    if tag_list is None or not all(isinstance(t, str) and t for t in tag_list):
-        raise InvalidArgument("tags must be an iterable of non-empty strings")
+    tag_list = _check_tags(tags)
     if search_attributes is not None:
         if not isinstance(search_attributes, dict) or not all(isinstance(k, str) for k in search_attributes):
             raise InvalidArgument("search_attributes must be a dict with string keys")
-        _check_json(search_attributes, "search_attributes")
+        check_json(search_attributes, "search_attributes")
     timeout_seconds = (None if execution_timeout is None
                        else to_seconds(execution_timeout, "execution_timeout", allow_zero=False))
     delay_seconds = None if start_after is None else to_seconds(start_after, "start_after", allow_zero=True)
@@ -175,6 +188,11 @@ def prepare_run(
 
     now = clock.now()
     begins = start_at or (now + timedelta(seconds=delay_seconds) if delay_seconds else now)
+    try:
+        deadline = None if timeout_seconds is None else begins + timedelta(seconds=timeout_seconds)
+    except OverflowError:
+        raise InvalidArgument(f"start_at {begins.isoformat()} plus execution_timeout {timeout_seconds:g}s is past "
+                              "the last representable date") from None
     run = Workflow(
         run_id=uuid.uuid4(),
         workflow_type=definition.name,
@@ -183,7 +201,7 @@ def prepare_run(
         tags=tag_list,
         search_attributes=search_attributes or {},
         runnable_at=begins,
-        execution_deadline=None if timeout_seconds is None else begins + timedelta(seconds=timeout_seconds),
+        execution_deadline=deadline,
         created_at=now,
         updated_at=now,
     )
@@ -288,12 +306,12 @@ START_SIGNAL_PREFIX = "start-idem:"
 
 
 def _check_signal(name: Any, payload: Any, signal_id: Any) -> bytes:
-    if not isinstance(name, str) or not name or len(name) > 255:
-        raise InvalidArgument(f"a signal name must be a non-empty string of at most 255 characters, got {name!r}")
+    _check_id(name, "a signal name")
     if signal_id is not None:
         # Opaque: never trimmed, case-folded or normalised.
         if not isinstance(signal_id, str) or not signal_id:
             raise InvalidArgument(f"signal_id must be a non-empty string, got {signal_id!r}")
+        check_text(signal_id, "signal_id")
         if len(signal_id.encode("utf-8")) > MAX_SIGNAL_ID_BYTES:
             raise InvalidArgument(f"signal_id must be at most {MAX_SIGNAL_ID_BYTES} UTF-8 bytes, got "
                                   f"{len(signal_id.encode('utf-8'))}")
@@ -415,6 +433,7 @@ def start_or_signal(
 
 def get_handle(workflow_id: str, run_id: uuid.UUID | str | None = None) -> WorkflowHandle:
     """A handle to the run ``run_id`` of ``workflow_id``, or to its latest run."""
+    _check_id(workflow_id, "workflow_id")
     runs = Workflow.objects.latest_for(workflow_id)
     if run_id is not None:
         try:
@@ -430,4 +449,5 @@ def get_handle(workflow_id: str, run_id: uuid.UUID | str | None = None) -> Workf
 
 def cancel(workflow_id: str, reason: str = "") -> bool:
     """Cancel the open run of ``workflow_id``. Returns False if its latest run had already finished."""
+    _check_reason(reason)
     return get_handle(workflow_id).cancel(reason)

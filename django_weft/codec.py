@@ -105,6 +105,8 @@ def encode(value: Any, *, what: str = "payload") -> bytes:
         ) from None
     except (ValueError, OverflowError) as exc:
         raise PayloadNotSerializable(f"{what} cannot be encoded: {exc}") from None
+    except RecursionError:
+        raise PayloadNotSerializable(f"{what} is nested too deeply to encode") from None
     limit = weft_settings.MAX_PAYLOAD_BYTES
     if limit and len(data) > limit:
         raise PayloadTooLarge(

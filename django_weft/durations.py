@@ -2,20 +2,32 @@
 
 from __future__ import annotations
 
+import math
 from datetime import timedelta
 from typing import Any
 
 from .exceptions import InvalidArgument
 
+# The longest duration accepted anywhere (about 100 years): any later moment still fits a datetime, and
+# a longer wait is a mistake, not a plan.
+MAX_SECONDS = 100 * 365.25 * 24 * 3600
+
 
 def to_seconds(value: Any, what: str, *, allow_zero: bool) -> float:
-    """``value`` in seconds; InvalidArgument naming ``what`` for anything else or a negative (or zero)."""
+    """``value`` in seconds; InvalidArgument naming ``what`` for anything else, a negative (or zero), NaN,
+    infinity, or more than MAX_SECONDS."""
     if isinstance(value, timedelta):
         seconds = value.total_seconds()
     elif isinstance(value, int | float) and not isinstance(value, bool):
-        seconds = float(value)
+        try:
+            seconds = float(value)
+        except OverflowError:
+            seconds = math.inf
     else:
         raise InvalidArgument(f"{what} must be a timedelta or seconds, got {value!r}")
+    if math.isnan(seconds) or seconds > MAX_SECONDS:
+        raise InvalidArgument(f"{what} must be a finite number of seconds of at most {MAX_SECONDS:.0f} "
+                              f"(100 years), got {value!r}")
     if seconds < 0 or (seconds == 0 and not allow_zero):
         raise InvalidArgument(f"{what} must be {'>= 0' if allow_zero else 'positive'}, got {value!r}")
     return seconds

@@ -97,6 +97,9 @@ class Workflow(models.Model):
     # take it as their arrival sequence; an executor parking the run compares it with the value it
     # claimed, so an event that landed while it was replaying wakes the run instead of being missed.
     inbox_seq = models.BigIntegerField(default=0)
+    # How often an operator retried the run after it failed. Part of every task token, so a token handed
+    # out before a retry resolves nothing after it.
+    retries = models.PositiveIntegerField(default=0)
     # Signal names the parked run waits for: a signal with one of them wakes it.
     awaiting_signals = models.JSONField(default=list, blank=True)
     schedule = models.ForeignKey("Schedule", null=True, blank=True, on_delete=models.SET_NULL,

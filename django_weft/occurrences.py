@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import CroniterError, croniter
+from croniter import CroniterBadDateError, CroniterError, croniter
 
 from .exceptions import InvalidArgument
 
@@ -43,7 +43,10 @@ def check_cron(expression: str) -> None:
             "(second first)"
         )
     try:
-        croniter(expression, datetime(2000, 1, 1), second_at_beginning=len(fields) == 6)
+        # Parsing alone accepts dates that never come (``0 0 30 2 *``): find one real occurrence too.
+        croniter(expression, datetime(2000, 1, 1), second_at_beginning=len(fields) == 6).get_next(datetime)
+    except CroniterBadDateError:
+        raise InvalidArgument(f"cron {expression!r} never fires (no such date in any year)") from None
     except (CroniterError, ValueError, KeyError) as exc:
         raise InvalidArgument(f"invalid cron expression {expression!r}: {exc}") from None
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar, overload
 
 from .exceptions import ConfigurationError, WorkflowAlreadyRegistered, WorkflowNotRegistered
+from .storable import unstorable_reason
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -57,6 +58,9 @@ def workflow(fn: Any = None, /, *, name: str | None = None) -> Any:
                 "parameters; pass several values as one dict or tuple"
             )
         wf_name = name or f"{func.__module__}.{func.__qualname__}"
+        if not isinstance(wf_name, str) or len(wf_name) > 200 or unstorable_reason(wf_name):
+            raise ConfigurationError(f"workflow name {wf_name!r} must be a string of at most 200 characters "
+                                     "without NUL or lone surrogates")
         definition = WorkflowDefinition(name=wf_name, fn=func, takes_input=count == 2)
         with _lock:
             existing = _workflows.get(wf_name)
@@ -83,6 +87,8 @@ def get_workflow(name_or_fn: str | Callable[..., Any]) -> WorkflowDefinition:
                 "@weft.workflow"
             )
         return definition
+    if not isinstance(name_or_fn, str):
+        raise WorkflowNotRegistered(f"a workflow is named by its registered name or its function, got {name_or_fn!r}")
     try:
         return _workflows[name_or_fn]
     except KeyError:

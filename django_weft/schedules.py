@@ -38,6 +38,7 @@ from .models import (
 from .occurrences import Cadence, check_cron, count_between, jitter_offset, parse_zone
 from .registry import get_workflow
 from .signals import schedule_fired, schedule_missed_fire
+from .storable import check_text, storable_text
 
 logger = logging.getLogger("django_weft.schedules")
 
@@ -189,9 +190,11 @@ def create_schedule(
 def _check_schedule_id(schedule_id: Any) -> None:
     if not isinstance(schedule_id, str) or not schedule_id or len(schedule_id) > 200:
         raise InvalidArgument(f"schedule_id must be a non-empty string of at most 200 characters, got {schedule_id!r}")
+    check_text(schedule_id, "schedule_id")
 
 
 def get_schedule(schedule_id: str) -> Schedule:
+    _check_schedule_id(schedule_id)
     try:
         return Schedule.objects.get(schedule_id=schedule_id)
     except Schedule.DoesNotExist:
@@ -217,6 +220,9 @@ def _drop_queue(schedule: Schedule, now: datetime, why: str) -> list[ScheduleOcc
 
 def pause(schedule: Schedule, note: str = "") -> None:
     """Stop firing until resume(); buffered occurrences are dropped (and traced)."""
+    if not isinstance(note, str) or len(note) > 2000:
+        raise InvalidArgument("a pause note must be a string of at most 2000 characters")
+    check_text(note, "the pause note")
     now = clock.now()
     with transaction.atomic():
         locked = _locked(schedule)
@@ -437,8 +443,10 @@ class _Occurrences:
         due: list[datetime] = []
         moment = schedule.next_fire_at
         fire_at = schedule.due_at
+        last_fire_at = fire_at  # when the latest due occurrence fell due (its jitter included)
         while moment is not None and fire_at is not None and fire_at <= now and len(due) < MAX_OCCURRENCES_PER_TICK:
             due.append(moment)
+            last_fire_at = fire_at
             if len(due) == 1 and not schedule.backfill_missed and fire_at >= now - LATE_GRACE:
                 moment = cadence.next_after(moment)  # on time: fire this one only
                 break
@@ -450,14 +458,23 @@ class _Occurrences:
         if not due:
             pass
         elif not schedule.backfill_missed and (len(due) > 1 or schedule.due_at < now - LATE_GRACE):
+            # A late tick: what fell due before the grace is missed, but the latest occurrence, if it fell
+            # due within the grace, is on time and starts.
+            on_time = None
             count, last = len(due), due[-1]
             if capped:  # more than one tick processes: skip (and count) the rest of the window too
-                count += count_between(cadence, due[-1], now)
+                on_time = None if schedule.jitter else _latest_on_time(cadence, now)
+                count += count_between(cadence, due[-1], now) - (on_time is not None)
                 moment = cadence.next_after(now)
                 last = now
+            elif last_fire_at is not None and last_fire_at >= now - LATE_GRACE:
+                on_time = due.pop()
+                count, last = len(due), due[-1]
             self.missed(due[0], last, count, OccurrenceOutcome.MISSED,
                         f"{count} occurrence(s) from {due[0].isoformat()} to {last.isoformat()} missed: the tick "
                         f"came at {now.isoformat()}")
+            if on_time is not None:
+                self.decide(on_time)
         else:
             window_start = now - schedule.catchup_window if schedule.catchup_window else None
             too_old = [m for m in due if window_start is not None and m < window_start]
@@ -469,6 +486,14 @@ class _Occurrences:
                 self.decide(occurrence)
         _set_next(schedule, moment)
         schedule.updated_at = now
+
+
+def _latest_on_time(cadence: Cadence, now: datetime) -> datetime | None:
+    """The latest occurrence that fell due within LATE_GRACE before ``now``, if any."""
+    latest, moment = None, cadence.next_after(now - LATE_GRACE - timedelta(microseconds=1))
+    while moment is not None and moment <= now:
+        latest, moment = moment, cadence.next_after(moment)
+    return latest
 
 
 def fire_due_schedules(now: datetime) -> int:
@@ -549,7 +574,7 @@ def _tick_one(schedule: Schedule, now: datetime) -> int:
         logger.exception("schedule %s: tick failed; pausing it", schedule.schedule_id)
         fresh = Schedule.objects.get(pk=schedule.pk)
         fresh.status = ScheduleStatus.PAUSED
-        fresh.note = f"paused after an error at {now.isoformat()}: {type(exc).__name__}: {exc}"[:2000]
+        fresh.note = storable_text(f"paused after an error at {now.isoformat()}: {type(exc).__name__}: {exc}")[:2000]
         _set_next(fresh, None)
         fresh.updated_at = now
         fresh.save()

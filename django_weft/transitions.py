@@ -23,7 +23,13 @@ from django.db.models.functions import Coalesce
 
 from . import journal, signals, wakeups
 from .conf import weft_settings
-from .exceptions import FencingError, TaskTokenAlreadyUsed, TransitionNotAllowed, WorkflowNotFound
+from .exceptions import (
+    FencingError,
+    InvalidTaskToken,
+    TaskTokenAlreadyUsed,
+    TransitionNotAllowed,
+    WorkflowNotFound,
+)
 from .models import (
     AsyncActivity,
     AsyncStatus,
@@ -31,11 +37,13 @@ from .models import (
     RunStatus,
     Schedule,
     Signal,
+    StepKind,
     StepStatus,
     Timer,
     Workflow,
     WorkflowStep,
 )
+from .tokens import TaskToken, make_task_token
 
 logger = logging.getLogger("django_weft.transitions")
 
@@ -44,7 +52,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     S.PENDING: frozenset({S.RUNNING, S.SUSPENDED, S.CANCELLED, S.TIMED_OUT}),
     S.RUNNING: frozenset({S.RUNNING, S.WAITING, S.SUSPENDED, S.COMPLETED, S.FAILED, S.CANCELLED, S.TIMED_OUT}),
     S.WAITING: frozenset({S.RUNNING, S.SUSPENDED, S.CANCELLED, S.TIMED_OUT}),
-    S.SUSPENDED: frozenset({S.RUNNING, S.CANCELLED, S.TIMED_OUT}),
+    S.SUSPENDED: frozenset({S.PENDING, S.RUNNING, S.CANCELLED, S.TIMED_OUT}),
     S.COMPLETED: frozenset(),
     S.FAILED: frozenset(),
     S.CANCELLED: frozenset(),
@@ -304,25 +312,34 @@ def deliver_signal(run: Workflow, name: str, payload: bytes, signal_id: str | No
     return True
 
 
-def resolve_async(run_id: Any, seq: int, attempt: int, now: datetime, *, status: str,
-                  result: bytes | None = None, error: dict | None = None) -> AsyncActivity:
-    """Record an outside system's completion (or failure) of a pending async activity attempt."""
-    from .activities import make_task_token
-    from .exceptions import InvalidTaskToken
+def resolve_async(token: TaskToken, now: datetime, *, status: str, result: bytes | None = None,
+                  error: dict | None = None) -> AsyncActivity:
+    """Record an outside system's completion (or failure) of the async activity attempt ``token`` names.
 
+    A token resolves exactly one attempt, once: the attempt's record, or, if the attempt has not parked
+    yet (the outside system answered before ``complete_async()`` committed, or the executor died first),
+    a record kept for the park to find. Tokens of attempts that can no longer be resolved (finished
+    steps, later attempts, runs retried since) are refused.
+    """
+    run_id, seq, attempt, generation = token
     with transaction.atomic():
         try:
             run = _locked(run_id)
         except WorkflowNotFound:
             raise InvalidTaskToken("the task token's workflow run no longer exists") from None
+        if run.retries != generation:
+            raise TaskTokenAlreadyUsed(
+                f"the task token belongs to an attempt from before run {run.pk} was retried; it resolves nothing"
+            )
         record = AsyncActivity.objects.select_for_update().filter(run=run, seq=seq, attempt=attempt).first()
         if record is None:
             if run.is_finished:
                 raise TaskTokenAlreadyUsed(f"the task token's run is {run.status}; it takes no completions")
-            # A genuine token whose attempt has not parked yet: the outside system answered before
-            # complete_async() committed. Keep the answer; the park finds it and the run wakes at once.
+            _check_attempt_in_flight(run, seq, attempt)
+            # A genuine token whose attempt has not parked yet: keep the answer; the park (or the replay
+            # after a crash) finds it and applies it instead of waiting.
             record = AsyncActivity(run=run, seq=seq, attempt=attempt, activity="", created_at=now,
-                                   token=make_task_token(run.pk, seq, attempt))
+                                   token=make_task_token(run.pk, seq, attempt, generation))
             record.status, record.result, record.error, record.resolved_at = status, result, error, now
             record.save(force_insert=True)
             record_event(run, now, wakes=True)
@@ -336,6 +353,26 @@ def resolve_async(run_id: Any, seq: int, attempt: int, now: datetime, *, status:
         record.save(update_fields=["status", "result", "error", "resolved_at"])
         record_event(run, now, wakes=True)
     return record
+
+
+def _check_attempt_in_flight(run: Workflow, seq: int, attempt: int) -> None:
+    """Refuse a token whose attempt has no record unless that attempt may be running right now: the
+    journal's step ``seq`` is not recorded yet (first attempt) or waits out the previous attempt."""
+    step = WorkflowStep.objects.filter(run=run, seq=seq).only("kind", "status", "attempt").first()
+    if run.status != S.RUNNING:
+        in_flight = False  # pending, parked or suspended: no attempt body can be running
+    elif step is None:
+        in_flight = attempt == 1
+    else:
+        in_flight = (step.kind == StepKind.ACTIVITY and step.status == StepStatus.WAITING
+                     and step.attempt == attempt - 1)
+    if not in_flight:
+        finished = step is not None and step.status in (StepStatus.COMPLETED, StepStatus.FAILED)
+        raise InvalidTaskToken(
+            f"the task token names attempt {attempt} of step {seq} of run {run.pk}, which "
+            + ("has finished without waiting for a completion (not an async activity attempt)" if finished
+               else "is not waiting for a completion")
+        )
 
 
 def _after_close(run: Workflow, now: datetime) -> None:
@@ -430,10 +467,20 @@ def resume(run_id: Any, now: datetime) -> Workflow:
         run = _locked(run_id)
         if run.status != S.SUSPENDED:
             raise TransitionNotAllowed(f"run {run.pk} is {run.status}, not suspended; only suspended runs resume")
+        # A run suspended before its delayed start began waits for that start again: it goes back to
+        # pending at the start time, not runnable at once.
+        delayed = Timer.objects.filter(run=run, purpose="delayed_start", fired_at__isnull=True).values_list(
+            "fire_at", flat=True).first()
+        if run.started_at is None and delayed is not None and delayed > now:
+            status, wake_at = S.PENDING, delayed
+        else:
+            status, wake_at = S.RUNNING, now
+            if delayed is not None:  # its start time passed while it was suspended
+                Timer.objects.filter(run=run, purpose="delayed_start", fired_at__isnull=True).update(fired_at=now)
         Workflow.objects.filter(pk=run.pk).update(
-            status=S.RUNNING, runnable_at=now, wait_reason="", updated_at=now,
+            status=status, runnable_at=wake_at, wait_reason="", updated_at=now,
         )
-        wakeups.runnable(run.pk, now, now)
+        wakeups.runnable(run.pk, wake_at, now)
     run.refresh_from_db()
     return run
 
@@ -469,7 +516,7 @@ def retry_failed(run_id: Any, now: datetime) -> Workflow:
         Workflow.objects.filter(pk=run.pk).update(
             status=S.RUNNING, fence=F("fence") + 1, runnable_at=now, lease_owner="", wait_reason="",
             error=None, result=None, finished_at=None, cancel_requested_at=None, awaiting_signals=[],
-            updated_at=now,
+            retries=F("retries") + 1, updated_at=now,
         )
         wakeups.runnable(run.pk, now, now)
     run.refresh_from_db()

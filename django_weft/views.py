@@ -40,12 +40,16 @@ def _handle(request: HttpRequest, field: str, action: Callable[[str, Any], None]
         data = json.loads(body or b"null")
     except (ValueError, UnicodeDecodeError):
         return _error(400, "the body must be JSON")
+    except RecursionError:
+        return _error(400, "the JSON body is nested too deeply")
     if not isinstance(data, dict) or not isinstance(data.get("token"), str):
         return _error(400, 'the body must be a JSON object with a "token" string')
     if field == "error" and "error" not in data:
         return _error(400, 'the body needs an "error" (a message or {"message": ..., "type": ...})')
     try:
         action(data["token"], data.get(field))
+    except RecursionError:
+        return _error(400, f"the {field} is nested too deeply to store")
     except TaskTokenAlreadyUsed as exc:
         return _error(409, str(exc))
     except InvalidTaskToken as exc:

@@ -416,7 +416,7 @@ def test_view_only_users_see_everything_and_change_nothing(client, weft_env):
     assert page.status_code == 200 and b"action-checkbox" not in page.content
     body = client.get(run_url(handle.run_id)).content.decode()
     assert "ask_human" in body  # the journal is visible without a separate step permission
-    assert AsyncActivity.objects.get(run_id=handle.run_id).token in body
+    assert AsyncActivity.objects.get(run_id=handle.run_id).token not in body  # a bearer credential (issue 10)
     for name in ("cancel", "suspend", "signal", "async"):
         assert run_url(handle.run_id, name) not in body
         assert client.get(run_url(handle.run_id, name)).status_code == 403

@@ -406,7 +406,7 @@ def test_the_occurrence_trace_is_bounded_by_retention(env):
     schedule = weft.create_schedule("hist", "test.collect", 0, cron="0 * * * *", timezone="UTC")
     env.advance(timedelta(hours=1))
     assert ScheduleOccurrence.objects.filter(schedule=schedule).count() == 1
-    weft.run_maintenance(now=env.now() + timedelta(days=6, hours=23))
+    weft.run_maintenance(now=env.now() + timedelta(days=6, hours=22, minutes=30))
     assert ScheduleOccurrence.objects.filter(schedule=schedule, outcome="started").count() == 1
     weft.run_maintenance(now=env.now() + timedelta(days=7, minutes=1))
     assert not ScheduleOccurrence.objects.filter(schedule=schedule, outcome="started").exists()
@@ -416,8 +416,27 @@ def test_a_long_outage_counts_every_missed_occurrence(env):
     schedule = weft.create_schedule("outage", "test.collect", 0, every=timedelta(seconds=1))
     weft.run_maintenance(now=T0 + timedelta(seconds=1000, milliseconds=500))
     schedule.refresh_from_db()
-    assert runs(schedule) == []
-    assert schedule.missed_fire_count == 1000
+    # The 1000th occurrence fell due half a second ago, within the grace: it starts; the rest are missed.
+    assert [run.scheduled_for for run in runs(schedule)] == [T0 + timedelta(seconds=1000)]
+    assert schedule.missed_fire_count == 999
     assert schedule.next_fire_at == T0 + timedelta(seconds=1001)
-    [trace] = ScheduleOccurrence.objects.filter(schedule=schedule)
-    assert (trace.outcome, trace.count) == ("missed", 1000)
+    outcomes = sorted(ScheduleOccurrence.objects.filter(schedule=schedule).values_list("outcome", "count"))
+    assert outcomes == [("missed", 999), ("started", 1)]
+
+
+def test_a_late_tick_still_starts_the_latest_occurrence_if_it_is_on_time(env):
+    # Ticked once, exactly on the 60th occurrence: the 59 before it are missed, the 60th is on time.
+    schedule = weft.create_schedule("late-tick", "test.collect", 0, every=timedelta(minutes=1))
+    weft.run_maintenance(now=T0 + timedelta(minutes=60))
+    schedule.refresh_from_db()
+    assert [run.scheduled_for for run in Workflow.objects.filter(schedule=schedule)] == [T0 + timedelta(minutes=60)]
+    assert schedule.missed_fire_count == 59
+    assert schedule.next_fire_at == T0 + timedelta(minutes=61)
+    outcomes = sorted(ScheduleOccurrence.objects.filter(schedule=schedule).values_list("outcome", "count"))
+    assert outcomes == [("missed", 59), ("started", 1)]
+
+
+def test_a_cron_that_never_fires_is_refused():
+    with pytest.raises(weft.InvalidArgument, match="never fires"):
+        weft.create_schedule("feb30", "test.collect", 0, cron="0 0 30 2 *", timezone="UTC")
+    assert not Schedule.objects.exists()

@@ -11,13 +11,13 @@ from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
 from django.utils.translation import gettext_lazy as _
 
-from ..activities import read_task_token
 from ..codec import decode, encode
 from ..exceptions import InvalidArgument, WeftError
 from ..models import Schedule, Workflow
 from ..occurrences import check_cron, parse_zone
 from ..registry import registered_workflow_names
 from ..schedules import ScheduleSpec
+from ..tokens import read_task_token
 
 
 class SignalForm(forms.Form):

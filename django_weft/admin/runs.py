@@ -31,6 +31,7 @@ from ..models import (
     WorkflowStep,
 )
 from ..registry import registered_workflow_names
+from ..tokens import read_task_token
 from .common import (
     BoundedPaginator,
     Operation,
@@ -94,16 +95,50 @@ class SignalInline(ReadOnlyInline):
         return preview(signal.payload)
 
 
+# A task token is a bearer credential: POSTed to the completion webhook it completes (or fails) its
+# activity. So the admin shows tokens only to users who may complete async activities in the admin
+# anyway, with the permission the "complete or fail an async activity" form requires.
+COMPLETE_ASYNC_PERMISSION = "signal_workflow"
+
+
+def may_complete_async(request: HttpRequest) -> bool:
+    return request.user.has_perm(f"{Workflow._meta.app_label}.{COMPLETE_ASYNC_PERMISSION}")
+
+
+def hidden_token() -> str:
+    """What users without the permission see instead of a task token."""
+    perm = f"{Workflow._meta.app_label}.{COMPLETE_ASYNC_PERMISSION}"
+    return format_html("<span class='weft-token-hidden' title='{}'>{}</span>",
+                       _t("Task tokens complete async activities; they are shown only to users who may do so."),
+                       _t("hidden — needs the %(permission)s permission") % {"permission": perm})
+
+
 class AsyncActivityInline(ReadOnlyInline):
     model = AsyncActivity
     fields = ("seq", "attempt", "activity", "status", "token_copy", "created_at", "resolved_at")
-    readonly_fields = fields
+    readonly_fields = (*fields, "token_hidden")
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        if may_complete_async(request):
+            return self.fields
+        return tuple("token_hidden" if name == "token_copy" else name for name in self.fields)
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        return self.get_fields(request, obj)
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
+        qs = super().get_queryset(request)
+        return qs if may_complete_async(request) else qs.defer("token")
 
     @admin.display(description=_("task token"))
     def token_copy(self, record: AsyncActivity) -> str:
         # A read-only input: select-all and copy, without the token wrapping mid-way.
         return format_html("<input type='text' readonly value='{}' size='40' onclick='this.select()' "
                            "class='weft-token' aria-label='task token'>", record.token)
+
+    @admin.display(description=_("task token"))
+    def token_hidden(self, record: AsyncActivity) -> str:
+        return hidden_token()
 
 
 class WorkflowTypeFilter(admin.SimpleListFilter):
@@ -225,6 +260,10 @@ class WorkflowAdmin(OperationsMixin, ReadOnlyMixin, admin.ModelAdmin):
     def has_signal_permission(self, request: HttpRequest) -> bool:
         return self._has(request, "signal_workflow")
 
+    def has_complete_async_permission(self, request: HttpRequest) -> bool:
+        """Completing or failing an async activity, and seeing the task tokens that would do it."""
+        return may_complete_async(request)
+
     # --- queries ----------------------------------------------------------------------------------
 
     def get_queryset(self, request: HttpRequest) -> Any:
@@ -271,9 +310,10 @@ class WorkflowAdmin(OperationsMixin, ReadOnlyMixin, admin.ModelAdmin):
             if self.has_signal_permission(request) and not run.is_finished:
                 buttons.append({"label": _("Send signal"), "name": "signal",
                                 "url": reverse("admin:django_weft_workflow_signal", args=[run.pk])})
-                if AsyncActivity.objects.filter(run=run, status=AsyncStatus.PENDING).exists():
-                    buttons.append({"label": _("Complete or fail async activity"), "name": "async",
-                                    "url": reverse("admin:django_weft_workflow_async", args=[run.pk])})
+            if (self.has_complete_async_permission(request) and not run.is_finished
+                    and AsyncActivity.objects.filter(run=run, status=AsyncStatus.PENDING).exists()):
+                buttons.append({"label": _("Complete or fail async activity"), "name": "async",
+                                "url": reverse("admin:django_weft_workflow_async", args=[run.pk])})
             extra_context["weft_buttons"] = buttons
         return super().change_view(request, object_id, form_url, extra_context)
 
@@ -316,8 +356,8 @@ class WorkflowAdmin(OperationsMixin, ReadOnlyMixin, admin.ModelAdmin):
         request.current_app = self.admin_site.name
         return TemplateResponse(request, "admin/django_weft/workflow/run_form.html", context)
 
-    def _run_for_form(self, request: HttpRequest, object_id: str) -> Workflow | HttpResponse:
-        if not self.has_signal_permission(request):
+    def _run_for_form(self, request: HttpRequest, object_id: str, *, allowed: bool) -> Workflow | HttpResponse:
+        if not allowed:  # before the lookup: nothing about the run (not even whether it exists) without it
             raise PermissionDenied
         run = self.get_object(request, object_id)
         if run is None:
@@ -328,7 +368,7 @@ class WorkflowAdmin(OperationsMixin, ReadOnlyMixin, admin.ModelAdmin):
         return HttpResponseRedirect(reverse("admin:django_weft_workflow_change", args=[run.pk]))
 
     def signal_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        run = self._run_for_form(request, object_id)
+        run = self._run_for_form(request, object_id, allowed=self.has_signal_permission(request))
         if isinstance(run, HttpResponse):
             return run
         form = SignalForm(request.POST or None)
@@ -352,11 +392,11 @@ class WorkflowAdmin(OperationsMixin, ReadOnlyMixin, admin.ModelAdmin):
                                {"submit_label": _t("Send signal")})
 
     def async_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        run = self._run_for_form(request, object_id)
+        run = self._run_for_form(request, object_id, allowed=self.has_complete_async_permission(request))
         if isinstance(run, HttpResponse):
             return run
         form = AsyncCompletionForm(request.POST or None, run=run,
-                                   initial={"token": request.GET.get("token", "")})
+                                   initial={"token": self._prefilled_token(request, run)})
         if request.method == "POST" and form.is_valid():
             data = form.cleaned_data
             try:
@@ -376,7 +416,22 @@ class WorkflowAdmin(OperationsMixin, ReadOnlyMixin, admin.ModelAdmin):
         pending = AsyncActivity.objects.filter(run=run, status=AsyncStatus.PENDING).order_by("seq", "attempt")
         return self._form_page(request, run, form,
                                _t("Complete or fail an async activity of %(run)s") % {"run": run.workflow_id},
-                               {"submit_label": _t("Submit"), "pending_async": pending})
+                               {"submit_label": _t("Submit"), "pending_async": pending,
+                                "show_tokens": self.has_complete_async_permission(request),
+                                "hidden_token": hidden_token()})
+
+    @staticmethod
+    def _prefilled_token(request: HttpRequest, run: Workflow) -> str:
+        """``?token=`` prefills the form only with a genuine token of this run; anything else is dropped,
+        so the page never echoes an arbitrary string (and the prefill reveals nothing the user lacked)."""
+        token = request.GET.get("token", "").strip()
+        if not token:
+            return ""
+        try:
+            run_id, _seq, _attempt = read_task_token(token)
+        except WeftError:
+            return ""
+        return token if run_id == run.pk else ""
 
     # --- fields -----------------------------------------------------------------------------------
 

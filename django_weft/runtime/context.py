@@ -28,7 +28,6 @@ from ..activities import (
     CompleteAsync,
     current_activity,
     definition_of,
-    make_task_token,
 )
 from ..codec import decode, encode
 from ..durations import to_seconds
@@ -56,7 +55,9 @@ from ..models import (
     Workflow,
     WorkflowStep,
 )
-from .errors import StopExecution, Suspend, error_dict
+from ..storable import check_text
+from ..tokens import make_task_token
+from .errors import StopExecution, Suspend, error_dict, is_transient
 
 logger = logging.getLogger("django_weft.executor")
 
@@ -86,6 +87,8 @@ class Context:
         self._seq = 0
         # Signals consumed by this execution whose consumption is not committed yet.
         self._consumed_signals: set[int] = set()
+        # The identity of the activity attempt run last (did its body hand its task token out?).
+        self._last_info: ActivityInfo | None = None
 
     # --- identity ------------------------------------------------------------------------------------
 
@@ -139,11 +142,19 @@ class Context:
             raise self._commit_failed(exc) from exc
 
     def _commit_failed(self, exc: DatabaseError) -> StopExecution:
-        # Not the workflow's fault (lost connection, lock timeout, ...): leave the run to its lease, after
-        # which any executor retries from the journal, instead of failing it.
-        logger.warning("run %s: committing a step failed (%s); it is retried when its lease expires",
-                       self.run_id, exc)
-        return StopExecution(release=False)
+        if is_transient(exc):
+            # Not the workflow's fault (lost connection, lock timeout, ...): leave the run to its lease,
+            # after which any executor retries from the journal, instead of failing it.
+            logger.warning("run %s: committing a step failed (%s); it is retried when its lease expires",
+                           self.run_id, exc)
+            return StopExecution(release=False)
+        # The database refused what the step would store: every retry would be refused the same way, so
+        # the run fails once, with the database's reason, instead of looping on its lease.
+        logger.error("run %s: the database refused to store step %s (%s: %s); the run fails",
+                     self.run_id, self._seq, type(exc).__name__, exc)
+        error = error_dict(exc, step=self._seq)
+        error["message"] = f"the database refused to store step {self._seq}: {error['message']}"
+        return StopExecution(release=False, fail_with=error)
 
     def _park(self, *, wake_at: datetime | None, reason: str, writes: Sequence[journal.JournalWrite] = (),
               awaiting_signals: Sequence[str] = ()) -> NoReturn:
@@ -259,8 +270,11 @@ class Context:
         """
         several = not isinstance(name_or_names, str)
         names = list(name_or_names) if several else [name_or_names]
-        if not names or not all(isinstance(n, str) and n for n in names):
-            raise InvalidArgument(f"wait_for_signal needs a signal name or a list of names, got {name_or_names!r}")
+        if not names or not all(isinstance(n, str) and n and len(n) <= 255 for n in names):
+            raise InvalidArgument(f"wait_for_signal needs a signal name or a list of names (each at most 255 "
+                                  f"characters), got {name_or_names!r}")
+        for name in names:
+            check_text(name, "a signal name")
         seconds = None if timeout is None else to_seconds(timeout, "wait_for_signal timeout", allow_zero=True)
         label = "|".join(names)
         seq, step = self._next(StepKind.SIGNAL, label)
@@ -428,9 +442,15 @@ class Context:
         except CompleteAsync:
             return self._park_async(seq, step, definition, attempt, started)
         except Exception as exc:
+            early = self._token_used_first(seq, attempt)
+            if early is not None:
+                return self._apply_resolution(seq, step, definition, attempt, started, early)
             retryable = not isinstance(exc, PayloadError) and definition.retry.should_retry(attempt, exc)
             return self._attempt_failed(seq, step, definition, attempt, started, error_dict(exc, attempt=attempt),
                                         retryable=retryable, cause=exc)
+        early = self._token_used_first(seq, attempt)
+        if early is not None:
+            return self._apply_resolution(seq, step, definition, attempt, started, early)
         self._defer(self._record(self._step(
             seq, StepKind.ACTIVITY, definition.name, StepStatus.COMPLETED, attempt=attempt, result=data,
             started=started, finished=clock.now(),
@@ -439,7 +459,8 @@ class Context:
 
     def _invoke(self, definition: ActivityDefinition, seq: int, attempt: int, args: tuple, kwargs: dict) -> Any:
         info = ActivityInfo(workflow_id=self.workflow_id, run_id=self.run_id, seq=seq, attempt=attempt,
-                            activity=definition.name)
+                            activity=definition.name, generation=self._claim.run.retries)
+        self._last_info = info
         token = current_activity.set(info)
         try:
             if definition.timeout is None:
@@ -509,10 +530,19 @@ class Context:
     def _park_async(self, seq: int, step: WorkflowStep | None, definition: ActivityDefinition, attempt: int,
                     started: datetime) -> Any:
         """The attempt called complete_async(): its pending record commits with the parked step, so a
-        replay never needs to run the body again to learn the token."""
+        replay never needs to run the body again to learn the token.
+
+        The token may have been used already: while the body still ran, or before an executor that died
+        ahead of its park, whose attempt this one repeats. Then the answer is applied now; one that comes
+        after this check finds the run's inbox moved and wakes the run as soon as it parks.
+        """
+        early = self._early_resolution(seq, attempt)
+        if early is not None:
+            return self._apply_resolution(seq, step, definition, attempt, started, early)
         now = clock.now()
         record = AsyncActivity(run_id=self.run_id, seq=seq, attempt=attempt, activity=definition.name,
-                               token=make_task_token(self.run_id, seq, attempt), created_at=now)
+                               token=make_task_token(self.run_id, seq, attempt, self._claim.run.retries),
+                               created_at=now)
         waiting = self._step(seq, StepKind.ACTIVITY, definition.name, StepStatus.WAITING, attempt=attempt,
                              started=started, finished=None)
         writes: list[journal.JournalWrite] = [self._record(waiting, step), journal.InsertAsync(record)]
@@ -544,16 +574,36 @@ class Context:
             record.status, record.error = AsyncStatus.TIMED_OUT, error
         if timer is not None:
             self._defer(journal.FireTimer(timer.pk, now))
+        return self._apply_resolution(seq, step, definition, step.attempt, step.started_at, record)
+
+    def _token_used_first(self, seq: int, attempt: int) -> AsyncActivity | None:
+        """A body that handed its token out and then returned or raised may have been resolved by its token
+        meanwhile: a token resolves its attempt once, and the first resolution wins."""
+        if self._last_info is None or not self._last_info.token_handed_out:
+            return None
+        return self._early_resolution(seq, attempt)
+
+    def _early_resolution(self, seq: int, attempt: int) -> AsyncActivity | None:
+        """The resolution an outside system gave this attempt's token before the attempt parked."""
+        record = AsyncActivity.objects.filter(run_id=self.run_id, seq=seq, attempt=attempt).first()
+        return record if record is not None and record.status != AsyncStatus.PENDING else None
+
+    def _apply_resolution(self, seq: int, step: WorkflowStep | None, definition: ActivityDefinition,
+                          attempt: int, started: datetime, record: AsyncActivity) -> Any:
+        """Continue with an async attempt's resolution: its result, or a failed attempt for the retry policy."""
+        if not record.activity:  # kept before the park named it
+            self._defer(journal.InsertAsync(AsyncActivity(
+                run_id=self.run_id, seq=seq, attempt=attempt, activity=definition.name, token=record.token)))
         if record.status == AsyncStatus.COMPLETED:
             self._defer(self._record(self._step(
-                seq, StepKind.ACTIVITY, definition.name, StepStatus.COMPLETED, attempt=step.attempt,
-                result=record.result, started=step.started_at, finished=record.resolved_at or now,
+                seq, StepKind.ACTIVITY, definition.name, StepStatus.COMPLETED, attempt=attempt,
+                result=record.result, started=started, finished=record.resolved_at or clock.now(),
             ), step))
             return decode(record.result)
         error = record.error or {"type": "AsyncActivityFailed", "message": f"async activity {record.status}"}
-        return self._attempt_failed(seq, step, definition, step.attempt, step.started_at, error,
+        return self._attempt_failed(seq, step, definition, attempt, started, error,
                                     retryable=record.status == AsyncStatus.FAILED
-                                    and step.attempt < definition.retry.max_attempts)
+                                    and attempt < definition.retry.max_attempts)
 
     @staticmethod
     def _activity_error(name: str, error: dict, attempts: int) -> ActivityError:

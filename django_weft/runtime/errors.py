@@ -8,6 +8,8 @@ from __future__ import annotations
 import traceback
 from typing import Any
 
+from ..storable import storable_json
+
 
 class Suspend(BaseException):
     """The run parked (its state is committed); the executor has nothing more to do with it."""
@@ -16,23 +18,44 @@ class Suspend(BaseException):
 class StopExecution(BaseException):
     """The executor must stop driving this run: it lost the run, or the worker is shutting down."""
 
-    def __init__(self, *, release: bool) -> None:
+    def __init__(self, *, release: bool, fail_with: dict[str, Any] | None = None) -> None:
         super().__init__()
         # True: the run is still ours and should be handed back; False: it was taken from us.
         self.release = release
+        # The run is still ours but cannot go on: the database refused to store its next step for a
+        # reason no retry fixes. The executor fails the run with this error instead.
+        self.fail_with = fail_with
 
 
 MAX_TRACEBACK_CHARS = 8000
+MAX_MESSAGE_CHARS = 4000
 
 
 def error_dict(exc: BaseException, **extra: Any) -> dict[str, Any]:
-    """A JSON-safe description of an exception, stored on steps and runs."""
+    """A description of an exception that every database can store (see :mod:`django_weft.storable`),
+    kept on steps and runs."""
     kind = type(exc)
     name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
-    text = "".join(traceback.format_exception(exc))
-    return {
+    try:
+        message = str(exc)
+    except Exception as broken:  # an exception whose __str__ raises must still be recordable
+        message = f"<{name}.__str__ raised {type(broken).__name__}>"
+    try:
+        text = "".join(traceback.format_exception(exc))
+    except Exception:
+        text = ""
+    return storable_json({
         "type": name,
-        "message": str(exc),
+        "message": message[:MAX_MESSAGE_CHARS],
         "traceback": text[-MAX_TRACEBACK_CHARS:],
         **extra,
-    }
+    })
+
+
+def is_transient(exc: BaseException) -> bool:
+    """A database error that trying again can fix (a lost connection, a lock or statement timeout, a
+    deadlock, a serialisation failure), as opposed to one it cannot (data the database refuses, a broken
+    constraint, a missing table)."""
+    from django.db import InterfaceError, OperationalError
+
+    return isinstance(exc, OperationalError | InterfaceError)

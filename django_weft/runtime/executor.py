@@ -6,13 +6,15 @@ import logging
 from collections.abc import Callable
 from datetime import timedelta
 
+from django.db import DatabaseError
+
 from .. import clock, transitions
 from ..codec import decode, encode
 from ..exceptions import FencingError, WorkflowNotRegistered
 from ..models import StepKind, StepStatus, Timer, WorkflowStep
 from ..registry import get_workflow
 from .context import Context
-from .errors import StopExecution, Suspend, error_dict
+from .errors import StopExecution, Suspend, error_dict, is_transient
 
 logger = logging.getLogger("django_weft.executor")
 
@@ -65,6 +67,8 @@ def execute(claim: transitions.Claim, should_stop: Callable[[], bool] = lambda: 
     except Suspend:
         return WAITING
     except StopExecution as stop:
+        if stop.fail_with is not None:
+            return _finish(claim, transitions.S.FAILED, error=stop.fail_with)
         if stop.release:
             transitions.release(claim, clock.now())
             return RELEASED
@@ -86,4 +90,18 @@ def _finish(claim: transitions.Claim, status: str, *, result: bytes | None = Non
         transitions.finish(claim, clock.now(), status, result=result, error=error)
     except FencingError:
         return LOST
+    except DatabaseError as exc:
+        if is_transient(exc):
+            raise  # the worker logs it; the run is retried when its lease expires
+        # The database refused the result or the error (a result column it cannot hold): fail the run
+        # with the database's reason, which always fits, instead of retrying the same refusal forever.
+        logger.error("run %s: the database refused to store its %s outcome (%s: %s); the run fails",
+                     claim.run.pk, status, type(exc).__name__, exc)
+        refusal = error_dict(exc)
+        refusal["message"] = f"the database refused to store the run's {status} outcome: {refusal['message']}"
+        try:
+            transitions.finish(claim, clock.now(), transitions.S.FAILED, error=refusal)
+        except FencingError:
+            return LOST
+        return FAILED
     return {transitions.S.COMPLETED: COMPLETED, transitions.S.FAILED: FAILED}.get(status, CANCELLED)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -39,5 +40,6 @@ class Command(BaseCommand):
                           "--payload '{\"approved\": true}'")
         self.stdout.write("")
         self.stdout.write(self.style.SUCCESS(
-            f"Admin: http://127.0.0.1:8000/admin/  user: {USERNAME}  password: {PASSWORD}"
+            f"Admin: http://127.0.0.1:{os.environ.get('DEMO_PORT') or 8000}/admin/  "
+            f"user: {USERNAME}  password: {PASSWORD}"
         ))
