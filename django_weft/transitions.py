@@ -359,8 +359,10 @@ def _check_attempt_in_flight(run: Workflow, seq: int, attempt: int) -> None:
     """Refuse a token whose attempt has no record unless that attempt may be running right now: the
     journal's step ``seq`` is not recorded yet (first attempt) or waits out the previous attempt."""
     step = WorkflowStep.objects.filter(run=run, seq=seq).only("kind", "status", "attempt").first()
-    if run.status != S.RUNNING:
-        in_flight = False  # pending, parked or suspended: no attempt body can be running
+    if run.status not in (S.RUNNING, S.SUSPENDED):
+        # Pending or parked: no attempt body can be running. (A suspended run's executor may still be in
+        # the body it lost the run in; the attempt runs again after resume, with the same token.)
+        in_flight = False
     elif step is None:
         in_flight = attempt == 1
     else:
