@@ -41,11 +41,23 @@ class RetryPolicy:
         to_seconds(self.initial_backoff, "RetryPolicy.initial_backoff", allow_zero=True)
         to_seconds(self.max_backoff, "RetryPolicy.max_backoff", allow_zero=True)
         multiplier = self.backoff_multiplier
-        if (not isinstance(multiplier, int | float) or isinstance(multiplier, bool) or not math.isfinite(multiplier)
-                or multiplier < 1):
+        try:
+            finite = isinstance(multiplier, int | float) and not isinstance(multiplier, bool) and math.isfinite(
+                float(multiplier))
+        except OverflowError:
+            finite = False
+        if not finite or multiplier < 1:
             raise InvalidArgument(f"RetryPolicy.backoff_multiplier must be a finite number >= 1, got {multiplier!r}")
-        if not isinstance(self.non_retryable, tuple):
-            object.__setattr__(self, "non_retryable", tuple(self.non_retryable))
+        kinds = self.non_retryable
+        if isinstance(kinds, type):
+            kinds = (kinds,)  # one exception class, not a tuple of them
+        try:
+            kinds = tuple(kinds)
+        except TypeError:
+            kinds = None
+        if kinds is None or not all(isinstance(k, type) and issubclass(k, BaseException) for k in kinds):
+            raise InvalidArgument(f"RetryPolicy.non_retryable must be exception classes, got {self.non_retryable!r}")
+        object.__setattr__(self, "non_retryable", kinds)
 
     def backoff(self, attempt: int) -> float:
         """Seconds to wait after failed attempt number ``attempt`` (1-based)."""

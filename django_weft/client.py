@@ -16,7 +16,7 @@ from django.db import IntegrityError, transaction
 
 from . import clock, transitions
 from .codec import decode, encode
-from .durations import to_seconds
+from .durations import check_moment, to_seconds
 from .exceptions import (
     InvalidArgument,
     StartOrSignalConflict,
@@ -34,6 +34,7 @@ from .storable import check_json, check_text
 TERMINAL_CONFLICT_CHOICES = ("error", "start_new")
 MAX_ID_LENGTH = 255
 MAX_TAGS = 64
+MAX_SEARCH_ATTRIBUTES_BYTES = 16 * 1024
 MAX_REASON_LENGTH = 2000
 
 
@@ -74,13 +75,16 @@ class WorkflowHandle:
         """The run's current status (read from the database on every access)."""
         return self.refresh().status
 
-    def result(self, timeout: float | None = None, poll_interval: float = 0.05) -> Any:
+    def result(self, timeout: float | timedelta | None = None, poll_interval: float = 0.05) -> Any:
         """Wait for the run to finish and return its result.
 
         Raises WorkflowFailed, WorkflowCancelled or WorkflowTimedOut for runs that did not complete,
         and TimeoutError if ``timeout`` seconds pass first. Something (a ``weft_maintenance`` process,
         or ``run_maintenance``) must be executing the run.
         """
+        if timeout is not None:
+            timeout = to_seconds(timeout, "timeout", allow_zero=True)
+        poll_interval = to_seconds(poll_interval, "poll_interval", allow_zero=False)
         deadline = None if timeout is None else time.monotonic() + timeout
         delay = poll_interval
         while True:
@@ -143,7 +147,10 @@ def _check_reason(reason: Any) -> str:
 
 
 def _check_tags(tags: Any) -> list[str]:
-    tag_list = list(tags) if not isinstance(tags, str | bytes | dict) else None  # a bare string is a mistake
+    try:  # a bare string is a mistake, not a list of one-character tags
+        tag_list = None if isinstance(tags, str | bytes | dict) else list(tags)
+    except TypeError:
+        tag_list = None
     if tag_list is None or not all(isinstance(t, str) and t for t in tag_list):
         raise InvalidArgument("tags must be an iterable of non-empty strings")
     if len(tag_list) > MAX_TAGS:
@@ -174,13 +181,13 @@ def prepare_run(
         _check_id(idempotency_key, "idempotency_key")
     if start_at is not None and start_after is not None:
         raise InvalidArgument("pass start_at or start_after, not both")
-    if start_at is not None and (not isinstance(start_at, datetime) or start_at.tzinfo is None):
-        raise InvalidArgument(f"start_at must be an aware datetime, got {start_at!r}")
+    if start_at is not None:
+        check_moment(start_at, "start_at")
     tag_list = _check_tags(tags)
     if search_attributes is not None:
         if not isinstance(search_attributes, dict) or not all(isinstance(k, str) for k in search_attributes):
             raise InvalidArgument("search_attributes must be a dict with string keys")
-        check_json(search_attributes, "search_attributes")
+        check_json(search_attributes, "search_attributes", max_bytes=MAX_SEARCH_ATTRIBUTES_BYTES)
     timeout_seconds = (None if execution_timeout is None
                        else to_seconds(execution_timeout, "execution_timeout", allow_zero=False))
     delay_seconds = None if start_after is None else to_seconds(start_after, "start_after", allow_zero=True)

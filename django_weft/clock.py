@@ -14,6 +14,8 @@ from datetime import datetime, timedelta
 
 from django.utils import timezone
 
+from .durations import check_moment
+
 _pass_time: contextvars.ContextVar[datetime | None] = contextvars.ContextVar("weft_pass_time", default=None)
 # Set by the testing helpers; seen by every thread.
 _frozen: datetime | None = None
@@ -53,8 +55,7 @@ def acting_at(value: datetime | None) -> Iterator[None]:
     if value is None:
         yield
         return
-    if timezone.is_naive(value):
-        raise ValueError("run_maintenance(now=...) needs an aware datetime")
+    check_moment(value, "run_maintenance(now=...)")
     token = _pass_time.set(value)
     try:
         yield

@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import enum
+import threading
 import uuid
 from typing import Any
 
@@ -31,9 +32,29 @@ EXT_FROZENSET = 8
 EXT_TUPLE = 9
 
 
+# Tuples, sets and timedeltas are packed (and unpacked) by a nested msgpack call each, which costs C
+# stack; nesting them deeper than this is refused, so that neither side can overflow the stack.
+MAX_EXT_NESTING = 64
+_nesting = threading.local()
+
+
+class _Nested:
+    """Counts nested pack/unpack calls on this thread; ValueError past MAX_EXT_NESTING."""
+
+    def __enter__(self) -> None:
+        depth = getattr(_nesting, "depth", 0) + 1
+        if depth > MAX_EXT_NESTING:
+            raise ValueError(f"tuples, sets and timedeltas nested more than {MAX_EXT_NESTING} deep")
+        _nesting.depth = depth
+
+    def __exit__(self, *exc: object) -> None:
+        _nesting.depth -= 1
+
+
 def _pack(value: Any) -> bytes:
     # strict_types routes tuples (and subclasses of builtins) through _default, so tuples survive.
-    return msgpack.packb(value, default=_default, use_bin_type=True, strict_types=True, datetime=False)
+    with _Nested():
+        return msgpack.packb(value, default=_default, use_bin_type=True, strict_types=True, datetime=False)
 
 
 def _default(obj: Any) -> Any:
@@ -90,7 +111,8 @@ def _ext_hook(code: int, data: bytes) -> Any:
 
 
 def _unpack(data: bytes) -> Any:
-    return msgpack.unpackb(data, ext_hook=_ext_hook, raw=False, strict_map_key=False, timestamp=0)
+    with _Nested():
+        return msgpack.unpackb(data, ext_hook=_ext_hook, raw=False, strict_map_key=False, timestamp=0)
 
 
 def encode(value: Any, *, what: str = "payload") -> bytes:

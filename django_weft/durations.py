@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from .exceptions import InvalidArgument
@@ -31,3 +31,22 @@ def to_seconds(value: Any, what: str, *, allow_zero: bool) -> float:
     if seconds < 0 or (seconds == 0 and not allow_zero):
         raise InvalidArgument(f"{what} must be {'>= 0' if allow_zero else 'positive'}, got {value!r}")
     return seconds
+
+
+# Moments accepted anywhere: far enough from both ends of datetime that adding a duration of at most
+# MAX_SECONDS, or converting between zones, cannot overflow.
+MIN_YEAR, MAX_YEAR = 1900, 9000
+
+
+def check_moment(value: Any, what: str) -> datetime:
+    """``value`` if it is an aware datetime between MIN_YEAR and MAX_YEAR; InvalidArgument naming ``what``
+    otherwise."""
+    if not isinstance(value, datetime) or value.tzinfo is None or value.utcoffset() is None:
+        raise InvalidArgument(f"{what} must be an aware datetime, got {value!r}")
+    try:
+        year = value.astimezone(UTC).year
+    except (OverflowError, ValueError):
+        year = None
+    if year is None or not MIN_YEAR <= year <= MAX_YEAR:
+        raise InvalidArgument(f"{what} must be between the years {MIN_YEAR} and {MAX_YEAR}, got {value!r}")
+    return value

@@ -25,11 +25,12 @@ MAX_YEARS_BETWEEN_MATCHES = 5
 
 
 def parse_zone(name: str) -> ZoneInfo:
-    if not isinstance(name, str) or not name:
-        raise InvalidArgument(f"timezone must be an IANA zone name such as 'Europe/Berlin', got {name!r}")
+    if not isinstance(name, str) or not name or len(name) > 64:
+        raise InvalidArgument(f"timezone must be an IANA zone name such as 'Europe/Berlin', got {name[:80]!r}"
+                              if isinstance(name, str) else f"timezone must be an IANA zone name, got {name!r}")
     try:
         return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
+    except (ZoneInfoNotFoundError, ValueError, OSError):
         raise InvalidArgument(f"unknown time zone {name!r}; use an IANA name such as 'Europe/Berlin'") from None
 
 

@@ -19,7 +19,7 @@ from . import clock, transitions, wakeups
 from .client import prepare_run
 from .codec import decode, encode
 from .conf import weft_settings
-from .durations import to_seconds
+from .durations import check_moment, to_seconds
 from .exceptions import (
     InvalidArgument,
     ScheduleAlreadyExists,
@@ -90,8 +90,8 @@ class ScheduleSpec:
         if not isinstance(backfill, bool):
             raise InvalidArgument(f"backfill must be True or False, got {backfill!r}")
         for name, value in (("start_at", start_at), ("end_at", end_at)):
-            if value is not None and (not isinstance(value, datetime) or value.tzinfo is None):
-                raise InvalidArgument(f"{name} must be an aware datetime, got {value!r}")
+            if value is not None:
+                check_moment(value, name)
         if start_at is not None and end_at is not None and end_at <= start_at:
             raise InvalidArgument("end_at must be after start_at")
 
@@ -322,8 +322,7 @@ def backfill(schedule: Schedule, start: datetime, end: datetime) -> int:
     """Start one run for every occurrence in [start, end] that has none yet, regardless of the overlap
     policy (at most 10,000 per call). Returns how many runs it started."""
     for name, value in (("start", start), ("end", end)):
-        if not isinstance(value, datetime) or value.tzinfo is None:
-            raise InvalidArgument(f"backfill {name} must be an aware datetime, got {value!r}")
+        check_moment(value, f"backfill {name}")
     if end < start:
         raise InvalidArgument("backfill end must not be before start")
     now = clock.now()

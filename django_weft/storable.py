@@ -65,14 +65,16 @@ def storable_json(value: Any, _depth: int = 0) -> Any:
     return storable_text(repr(value))
 
 
-def check_json(value: Any, what: str) -> None:
+def check_json(value: Any, what: str, *, max_bytes: int | None = None) -> None:
     """Refuse a caller's JSON value that a database cannot store exactly: not JSON, NaN or infinity,
-    unstorable text in a key or a string, or nested deeper than MAX_JSON_DEPTH."""
+    unstorable text in a key or a string, nested deeper than MAX_JSON_DEPTH, or over ``max_bytes``."""
     _check_json_value(value, what, 0)
     try:
-        json.dumps(value, allow_nan=False)
+        text = json.dumps(value, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise InvalidArgument(f"{what} must be JSON-serialisable: {exc}") from None
+    if max_bytes is not None and len(text.encode()) > max_bytes:
+        raise InvalidArgument(f"{what} is {len(text.encode())} bytes as JSON, over the limit of {max_bytes}")
 
 
 def _check_json_value(value: Any, what: str, depth: int) -> None:

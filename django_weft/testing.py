@@ -78,10 +78,10 @@ class WeftTestEnv:
 
     def advance(self, delta: timedelta | float) -> MaintenanceReport:
         """Move the fake clock forward and drive everything that became due."""
-        seconds = delta.total_seconds() if isinstance(delta, timedelta) else float(delta)
-        if seconds < 0:
+        step = delta if isinstance(delta, timedelta) else timedelta(seconds=float(delta))
+        if step < timedelta(0):
             raise ValueError("the clock only moves forward")
-        clock.set_frozen(clock.now() + timedelta(seconds=seconds))
+        clock.set_frozen(clock.now() + step)
         return self.drive()
 
 

@@ -30,7 +30,7 @@ from ..activities import (
     definition_of,
 )
 from ..codec import decode, encode
-from ..durations import to_seconds
+from ..durations import check_moment, to_seconds
 from ..exceptions import (
     ActivityError,
     ActivityTimeout,
@@ -228,8 +228,7 @@ class Context:
         self._sleep(lambda now: now + timedelta(seconds=seconds))
 
     def sleep_until(self, moment: datetime) -> None:
-        if not isinstance(moment, datetime) or moment.tzinfo is None:
-            raise InvalidArgument(f"ctx.sleep_until needs an aware datetime, got {moment!r}")
+        check_moment(moment, "ctx.sleep_until's moment")
         self._sleep(lambda now: moment)
 
     def _sleep(self, wake_at_from: Callable[[datetime], datetime]) -> None:
@@ -354,7 +353,8 @@ class Context:
         if parent_close_policy not in ParentClosePolicy.values:
             raise InvalidArgument(f"parent_close_policy must be one of {ParentClosePolicy.values}, "
                                   f"got {parent_close_policy!r}")
-        child = prepare_run(definition, input, workflow_id=workflow_id or f"{self.run_id}:{seq}")
+        child = prepare_run(definition, input,
+                            workflow_id=workflow_id if workflow_id is not None else f"{self.run_id}:{seq}")
         child.parent_id = self.run_id
         child.parent_close_policy = parent_close_policy
         if workflow_id is not None and Workflow.objects.open().filter(workflow_id=workflow_id).exists():

@@ -8,7 +8,7 @@ from __future__ import annotations
 import traceback
 from typing import Any
 
-from ..storable import storable_json
+from ..storable import storable_json, storable_text
 
 
 class Suspend(BaseException):
@@ -44,12 +44,13 @@ def error_dict(exc: BaseException, **extra: Any) -> dict[str, Any]:
         text = "".join(traceback.format_exception(exc))
     except Exception:
         text = ""
-    return storable_json({
-        "type": name,
-        "message": message[:MAX_MESSAGE_CHARS],
-        "traceback": text[-MAX_TRACEBACK_CHARS:],
-        **extra,
-    })
+    # Escaped first, then cut: an escape makes text longer.
+    return {
+        "type": storable_text(name),
+        "message": storable_text(message)[:MAX_MESSAGE_CHARS],
+        "traceback": storable_text(text)[-MAX_TRACEBACK_CHARS:],
+        **storable_json(extra),
+    }
 
 
 def is_transient(exc: BaseException) -> bool:

@@ -74,8 +74,9 @@ def execute(claim: transitions.Claim, should_stop: Callable[[], bool] = lambda: 
             return RELEASED
         return LOST
     except Exception as exc:
-        logger.warning("run %s of %s failed: %s: %s", run.pk, run.workflow_type, type(exc).__name__, exc)
-        return _finish(claim, transitions.S.FAILED, error=error_dict(exc))
+        error = error_dict(exc)  # never raises, even for an exception whose __str__ does
+        logger.error("run %s of %s failed: %s: %s", run.pk, run.workflow_type, error["type"], error["message"])
+        return _finish(claim, transitions.S.FAILED, error=error)
     return _finish(claim, transitions.S.COMPLETED, result=result)
 
 
