@@ -19,6 +19,7 @@ from .exceptions import InvalidArgument
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 # JSON documents the client API accepts (search attributes) nest at most this deep.
 MAX_JSON_DEPTH = 32
+MAX_EXACT_FLOAT = float(2**53)
 
 
 def unstorable_reason(text: str) -> str | None:
@@ -84,6 +85,10 @@ def _check_json_value(value: Any, what: str, depth: int) -> None:
         check_text(value, what)
     elif isinstance(value, float) and not math.isfinite(value):
         raise InvalidArgument(f"{what} holds {value!r}; JSON has no NaN or infinity")
+    elif isinstance(value, float) and abs(value) >= MAX_EXACT_FLOAT:
+        # PostgreSQL's jsonb keeps numbers as decimals and hands 1.8e16 back as the integer
+        # 18014398509481984: past 2**53 a float is no longer read back as the same value and type.
+        raise InvalidArgument(f"{what} holds {value!r}; floats must be smaller than 2**53 in magnitude")
     elif isinstance(value, dict):
         for key, item in value.items():
             if isinstance(key, str):
