@@ -7,6 +7,7 @@ from typing import Any
 from django.core.checks import Error, Tags, Warning, register
 from django.db import DatabaseError, connections, router
 
+from .liveness import stalled_hint
 from .registry import registered_workflow_names
 
 
@@ -28,8 +29,10 @@ def check_sqlite_transaction_mode(app_configs: Any = None, **kwargs: Any) -> lis
     return [Error(
         f"django_weft needs SQLite transactions that take the write lock up front; database {alias!r} "
         f"uses transaction_mode={mode!r}.",
-        hint=f'Set DATABASES["{alias}"]["OPTIONS"]["transaction_mode"] = "IMMEDIATE" (and use WAL); without '
-             "it, concurrent claims can fail with 'database is locked' or read stale rows.",
+        hint=f'Set DATABASES["{alias}"]["OPTIONS"] = {{"transaction_mode": "IMMEDIATE", "init_command": '
+             '"PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"} (keep any other options you have, '
+             'such as "timeout"). Without IMMEDIATE, concurrent claims can fail with "database is locked" or '
+             "read stale rows; WAL lets readers go on while a transaction writes.",
         id="weft.E001",
     )]
 
@@ -54,6 +57,27 @@ def check_unregistered_open_runs(app_configs: Any = None, databases: Any = None,
         hint="Keep the workflow code deployed until its runs finish, or cancel those runs. Executors "
              "put such runs back and retry them every minute.",
         id="weft.W001",
+    )]
+
+
+@register(Tags.database)
+def check_stalled_runs(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list:
+    """Runs due for a while and no live executor (see django_weft.liveness); only when asked to check the
+    database (``migrate``, ``check --database``), and silent where it is not migrated or not reachable."""
+    alias = _weft_alias()
+    if not databases or alias not in databases:
+        return []
+    try:
+        hint = stalled_hint()
+    except DatabaseError:  # not migrated yet, or unreachable
+        return []
+    if not hint:
+        return []
+    return [Warning(
+        hint,
+        hint="Start `manage.py weft_maintenance` (or, with WEFT_EXECUTOR = 'celery', Celery workers and the "
+             "maintenance task); the admin lists live executors under Workflows > Executors.",
+        id="weft.W002",
     )]
 
 

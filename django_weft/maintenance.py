@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.db.models import F
 
-from . import clock, transitions, wakeups
+from . import clock, liveness, transitions, wakeups
 from .conf import weft_settings
 from .models import AsyncActivity, RunStatus, Signal, Timer, Workflow, WorkflowStep
 from .runtime import executor
@@ -94,7 +94,8 @@ def delete_finished_runs(run_ids: list) -> list:
 
 
 def purge_finished(now: datetime) -> int:
-    """Delete finished runs older than WEFT_RETENTION for their status, with their journal and timers."""
+    """Delete finished runs older than WEFT_RETENTION for their status, with their journal and timers;
+    also old schedule decisions (WEFT_SCHEDULE_HISTORY) and the rows of long-dead executors."""
     purged = 0
     for status, keep in weft_settings.RETENTION.items():
         if keep is None:
@@ -109,6 +110,7 @@ def purge_finished(now: datetime) -> int:
             if len(ids) < PAGE_SIZE:
                 break
     purge_history(now)
+    liveness.dead_executors(now).delete()
     return purged
 
 

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
+from typing import Any
 
 from django.db import models
 from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 
+from .codec import decode
 from .querysets import WorkflowQuerySet
 
 
@@ -180,6 +183,17 @@ class Workflow(models.Model):
     def is_finished(self) -> bool:
         return self.status in RunStatus.terminal_values()
 
+    # ``input`` and ``result`` hold msgpack bytes; these are the Python values (for shells and scripts).
+    @property
+    def decoded_input(self) -> Any:
+        """The run's input as the workflow received it."""
+        return decode(self.input)
+
+    @property
+    def decoded_result(self) -> Any:
+        """The run's return value (None until it completes)."""
+        return decode(self.result)
+
 
 class WorkflowStep(models.Model):
     """One journal entry: a durable operation of a run, keyed by its position ``seq``."""
@@ -205,6 +219,11 @@ class WorkflowStep(models.Model):
 
     def __str__(self) -> str:
         return f"#{self.seq} {self.kind} {self.name} ({self.status})"
+
+    @property
+    def decoded_result(self) -> Any:
+        """The step's recorded result (an activity's return value, a side effect's value...)."""
+        return decode(self.result)
 
 
 class Timer(models.Model):
@@ -260,6 +279,10 @@ class Signal(models.Model):
     def __str__(self) -> str:
         return f"{self.name} #{self.sequence}"
 
+    @property
+    def decoded_payload(self) -> Any:
+        return decode(self.payload)
+
 
 class AsyncStatus(models.TextChoices):
     PENDING = "pending", _("Pending")
@@ -297,6 +320,11 @@ class AsyncActivity(models.Model):
 
     def __str__(self) -> str:
         return f"{self.activity} step {self.seq} attempt {self.attempt} ({self.status})"
+
+    @property
+    def decoded_result(self) -> Any:
+        """The result the outside system completed the activity with (None until then)."""
+        return decode(self.result)
 
 
 class ScheduleStatus(models.TextChoices):
@@ -368,6 +396,11 @@ class Schedule(models.Model):
     def queued_runs(self) -> int:
         return len(self.queued_occurrences or ())
 
+    @property
+    def decoded_input(self) -> Any:
+        """The input every run of the schedule starts with."""
+        return decode(self.input)
+
     # Operations (each one transaction; see django_weft.schedules).
     def pause(self, note: str = "") -> None:
         from . import schedules
@@ -389,7 +422,7 @@ class Schedule(models.Model):
 
         return schedules.trigger(self)
 
-    def backfill(self, start: object, end: object) -> int:
+    def backfill(self, start: datetime, end: datetime) -> int:
         from . import schedules
 
         return schedules.backfill(self, start, end)
@@ -433,3 +466,39 @@ class ScheduleOccurrence(models.Model):
 
     def __str__(self) -> str:
         return f"{self.schedule_id} {self.scheduled_for:%Y-%m-%d %H:%M:%S} {self.outcome}"
+
+
+class ExecutorKind(models.TextChoices):
+    LOOP = "loop", _("weft_maintenance")
+    CELERY = "celery", _("Celery worker process")
+
+
+class Executor(models.Model):
+    """A process that executes runs: a ``weft_maintenance`` loop or a Celery worker process.
+
+    Written by the process itself (``runtime/leases.py``): inserted when it starts, ``last_seen`` and
+    ``expires_at`` refreshed with each heartbeat, deleted when it stops cleanly. A row past its
+    ``expires_at`` belongs to a process that died or hangs; the maintenance pass deletes it after a while.
+    Readers (``django_weft.liveness``) only ever compare ``expires_at`` with the clock.
+    """
+
+    # A fresh id per process start: two hosts may share a name, and a pid is reused once its process died.
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    kind = models.CharField(max_length=16, choices=ExecutorKind.choices)
+    host = models.CharField(max_length=255)
+    pid = models.PositiveIntegerField()
+    threads = models.PositiveIntegerField(help_text=_("Executor threads; 0: maintenance only (--no-execute)."))
+    version = models.CharField(max_length=32, blank=True, help_text=_("django_weft version of the process."))
+    started_at = models.DateTimeField()
+    last_seen = models.DateTimeField()
+    expires_at = models.DateTimeField(help_text=_("Counted as dead from then on unless seen again."))
+
+    class Meta:
+        verbose_name = _("executor")
+        ordering = ["host", "pid"]
+        indexes = [
+            models.Index(fields=["expires_at"], name="weft_executor_expiry_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()} on {self.host} pid {self.pid}"

@@ -8,6 +8,9 @@
 
 Each task is safe to run twice or late: runs are claimed through the fenced claim, schedules through
 ``SKIP LOCKED`` rows. Importing this module needs Celery; nothing else in django_weft does.
+
+A worker process that runs ``drive`` or ``maintenance`` keeps a heartbeat row (models.Executor, refreshed at
+most every WEFT_HEARTBEAT_SECONDS), deleted when the process shuts down cleanly.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from celery import shared_task
+from celery.signals import worker_process_shutdown, worker_shutdown
 from django.db import close_old_connections, connections
 
 from . import clock
@@ -29,19 +33,33 @@ def _recycle_connections() -> None:
         close_old_connections()
 
 
+def _forget_process(**kwargs: Any) -> None:
+    from .runtime.drive import forget_worker_process
+
+    forget_worker_process()
+
+
+# Pool processes (prefork) and the worker itself (solo and thread pools run tasks in it).
+worker_process_shutdown.connect(_forget_process, weak=False, dispatch_uid="django_weft.forget_process")
+worker_shutdown.connect(_forget_process, weak=False, dispatch_uid="django_weft.forget_worker")
+
+
 @shared_task(name="django_weft.drive", ignore_result=True)
 def drive(run_id: str | None = None) -> dict[str, int]:
-    from .runtime.drive import drive_runs
+    from .runtime.drive import beat_worker_process, drive_runs
 
     _recycle_connections()
+    beat_worker_process()
     return dict(drive_runs(run_id))
 
 
 @shared_task(name="django_weft.maintenance", ignore_result=True)
 def maintenance(every: float = 5.0) -> dict[str, Any]:
     from .maintenance import maintenance_pass, tick_ahead
+    from .runtime.drive import beat_worker_process
 
     _recycle_connections()
+    beat_worker_process()
     now = clock.now()
     report = maintenance_pass(now, window=every).as_dict()
     report["ticks_sent"] = tick_ahead(now, every)

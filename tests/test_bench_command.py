@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import socket
+import sys
+from datetime import timedelta
 from io import StringIO
 
 import pytest
@@ -12,8 +15,10 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection
+from django.utils import timezone
 
-from django_weft.models import Schedule, Workflow
+from django_weft.models import Executor, ExecutorKind, RunStatus, Schedule, Workflow
+from tests.procs import MANAGE, wait_until
 
 
 @pytest.mark.django_db(transaction=True)
@@ -27,6 +32,76 @@ def test_weft_bench_prints_its_figures_as_the_last_line_and_cleans_up(args):
     figures = json.loads(out.getvalue().strip().splitlines()[-1])
     assert figures["raw_commits_per_second"] > 0
     assert Workflow.objects.count() == 0 and Schedule.objects.count() == 0
+
+
+# --- refusing to run beside live executors, cleaning up however it ends --------------------------------------
+
+
+def executor_row(*, alive: bool) -> Executor:
+    now = timezone.now()
+    return Executor.objects.create(kind=ExecutorKind.LOOP, host="worker-7", pid=4242, threads=2,
+                                   started_at=now - timedelta(minutes=5), last_seen=now - timedelta(seconds=3),
+                                   expires_at=now + timedelta(seconds=27 if alive else -60))
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("args", [
+    ["--workflows", "2"],
+    ["--schedules", "2"],
+    ["--seed-runs", "2"],
+    ["--processes", "1", "--workflows", "2"],
+    ["--latency", "1"],
+])
+def test_weft_bench_refuses_to_run_beside_a_live_executor(args):
+    executor_row(alive=True)
+    with pytest.raises(CommandError, match="refusing to run beside live executors") as refused:
+        call_command("weft_bench", *args, "--probe-seconds", "0.1", stdout=StringIO(), stderr=StringIO())
+    assert "weft_maintenance on worker-7 pid 4242 (2 executor thread(s), last seen 3s ago)" in str(refused.value)
+    assert not Workflow.objects.exists() and not Schedule.objects.exists()
+    assert "weft_bench_probe" not in connection.introspection.table_names()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_weft_bench_runs_beside_the_row_of_a_dead_executor():
+    executor_row(alive=False)
+    call_command("weft_bench", "--workflows", "2", "--steps", "1", "--probe-seconds", "0.1", stdout=StringIO(),
+                 stderr=StringIO())
+    assert not Workflow.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_weft_bench_deletes_its_runs_when_it_fails():
+    with pytest.raises(CommandError, match=r"had not finished after 0\.001s"):
+        call_command("weft_bench", "--workflows", "30", "--steps", "3", "--timeout", "0.001",
+                     "--probe-seconds", "0.1", stdout=StringIO(), stderr=StringIO())
+    assert not Workflow.objects.exists()
+    assert not Executor.objects.exists()  # its in-process worker's row went with it
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("signum, phase", [(signal.SIGTERM, "starting"), (signal.SIGINT, "driving")])
+def test_weft_bench_deletes_everything_it_created_when_interrupted(processes, signum, phase):
+    bench = processes("bench", [sys.executable, MANAGE, "weft_bench", "--workflows", "1500", "--steps", "3",
+                                "--probe-seconds", "0.1"], DJANGO_DEBUG="0")
+    if phase == "starting":
+        wait_until(lambda: Workflow.objects.exists(), "the bench to start runs", 60, [bench])
+    else:
+        wait_until(lambda: Workflow.objects.filter(status=RunStatus.COMPLETED).exists(),
+                   "the bench to complete a run", 60, [bench])
+    bench.send(signum)
+    assert bench.wait(60) == 1, bench.output()
+    assert f"interrupted ({signal.Signals(signum).name})" in bench.stderr(), bench.output()
+    assert not Workflow.objects.exists(), bench.output()
+    assert not Executor.objects.exists()
+    assert "weft_bench_probe" not in connection.introspection.table_names()
+
+
+def test_weft_bench_is_an_app_of_its_own():
+    from django.apps import apps
+    from django.core.management import get_commands
+
+    assert get_commands()["weft_bench"] == "django_weft.bench"
+    assert apps.get_app_config("weft_bench").name == "django_weft.bench"
 
 
 def test_weft_bench_rejects_bad_sizes():
@@ -68,6 +143,7 @@ def assert_throughput_figures(figures: dict, workflows: int) -> None:
     assert figures["p50_ms"] <= figures["p95_ms"] <= figures["max_ms"]
     assert all(code == 0 for code in figures["exit_codes"]), figures["exit_codes"]
     assert Workflow.objects.count() == 0  # the bench deleted its runs
+    assert not Executor.objects.exists()  # and its executors' heartbeat rows went with them
 
 
 @pytest.mark.django_db(transaction=True)

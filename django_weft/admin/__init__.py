@@ -1,7 +1,9 @@
 """django_weft's admin: runs (browse, cancel, retry, suspend, resume, purge, signal, complete async
-activities) and schedules (create, edit, pause, resume, trigger, cancel)."""
+activities), schedules (create, edit, pause, resume, trigger, cancel) and executors (read-only: the
+processes alive now)."""
 
+from .executors import ExecutorAdmin
 from .runs import WorkflowAdmin
 from .schedules import ScheduleAdmin
 
-__all__ = ["ScheduleAdmin", "WorkflowAdmin"]
+__all__ = ["ExecutorAdmin", "ScheduleAdmin", "WorkflowAdmin"]

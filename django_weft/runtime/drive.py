@@ -1,19 +1,24 @@
-"""Execute runs for one Celery task: the run a ``django_weft.drive`` message names, or one batch."""
+"""Execute runs for one Celery task: the run a ``django_weft.drive`` message names, or one batch; and the
+heartbeat row of the Celery worker process that runs django_weft's tasks."""
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.db import connections, router
+
 from .. import clock, transitions
 from ..conf import weft_settings
 from ..maintenance import default_owner
-from ..models import Workflow
+from ..models import Executor, ExecutorKind, Workflow
 from . import executor
-from .leases import LeaseKeeper
+from .leases import ExecutorRow, LeaseKeeper
 
 NOT_RUNNABLE = "not_runnable"
 # A message for a run due this soon is early (clocks of hosts differ a little): wait for it, once.
@@ -65,3 +70,41 @@ def _budget(deadline: float) -> Callable[[], bool]:
 
 def _runnable_at(run_id: Any) -> datetime | None:
     return Workflow.objects.filter(pk=run_id).values_list("runnable_at", flat=True).first()
+
+
+# --- the worker process's heartbeat row -----------------------------------------------------------------
+
+# A Celery worker process counts as live this long after the last django_weft task it ran: an idle worker
+# gets no task to beat with, and the maintenance task (every few seconds) reaches each process only now and
+# then.
+CELERY_ROW_GRACE = timedelta(minutes=5)
+
+_row: ExecutorRow | None = None
+_last_beat: float | None = None
+_row_lock = threading.Lock()
+
+
+def beat_worker_process() -> None:
+    """Insert or refresh this worker process's heartbeat row, at most once every WEFT_HEARTBEAT_SECONDS
+    (one small UPDATE); nothing inside a transaction (an eager task in a test). Called by the tasks."""
+    global _row, _last_beat
+    if connections[router.db_for_write(Executor)].in_atomic_block:
+        return
+    with _row_lock:
+        if _row is None or _row.pid != os.getpid():  # the first task here, or in a forked pool process
+            _row, _last_beat = ExecutorRow(ExecutorKind.CELERY, 1, grace=CELERY_ROW_GRACE), None
+        moment = time.monotonic()
+        if _last_beat is not None and moment - _last_beat < weft_settings.HEARTBEAT_SECONDS:
+            return
+        _last_beat = moment
+        row = _row
+    row.try_beat(clock.now())
+
+
+def forget_worker_process() -> None:
+    """Delete this worker process's heartbeat row (a clean shutdown of the process)."""
+    global _row, _last_beat
+    with _row_lock:
+        row, _row, _last_beat = _row, None, None
+    if row is not None and row.pid == os.getpid():
+        row.try_remove()

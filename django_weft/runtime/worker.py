@@ -4,8 +4,10 @@ N executor threads claim runnable runs and drive them; a LeaseKeeper renews the 
 hold; the calling thread runs the periodic maintenance (execution timeouts, schedules, retention, and
 with Celery executing, deliveries no task covers). On PostgreSQL (psycopg 3, WEFT_NOTIFY) a Listener wakes
 idle executors as soon as a run becomes runnable, and the maintenance loop when a schedule changes.
-Stopping lets every executor finish the step it is in, hands its remaining runs back, and returns. With no
-executor threads (``--no-execute``) it is the maintenance loop alone.
+The process's heartbeat row (models.Executor, refreshed by the LeaseKeeper's thread) says it is alive
+from start to stop; the admin lists it and django_weft.liveness reads it. Stopping lets every executor
+finish the step it is in, hands its remaining runs back, and returns. With no executor threads
+(``--no-execute``) it is the maintenance loop alone.
 """
 
 from __future__ import annotations
@@ -21,10 +23,10 @@ from django.db import close_old_connections, connections, router
 from .. import clock, transitions
 from ..conf import weft_settings
 from ..maintenance import default_owner, maintenance_pass
-from ..models import Workflow
+from ..models import ExecutorKind, Workflow
 from ..schedules import next_due_at
 from . import executor
-from .leases import LeaseKeeper
+from .leases import ExecutorRow, LeaseKeeper
 from .listener import Doorbell, Listener, can_listen
 
 logger = logging.getLogger("django_weft.worker")
@@ -42,7 +44,8 @@ class Worker:
         self.interval = weft_settings.POLL_INTERVAL if interval is None else interval
         self.stop_event = threading.Event()
         self.outcomes: Counter = Counter()
-        self._leases = LeaseKeeper()
+        self.heartbeat = ExecutorRow(ExecutorKind.LOOP, threads)
+        self._leases = LeaseKeeper(self.heartbeat)
         alias = router.db_for_write(Workflow)
         self.listener: Listener | None = Listener(alias, self.stop_event) if can_listen(alias) else None
         # Without a listener nothing rings but stop(): the loops poll.
@@ -67,21 +70,26 @@ class Worker:
             threading.Thread(target=self._executor_loop, name=f"weft-executor-{i}", daemon=True)
             for i in range(self.threads)
         ]
-        # The lease keeper outlives stop(): executors still finishing a step must keep their leases.
-        with self._leases:
-            if self.listener is not None:
-                self.listener.start()
-            for thread in workers:
-                thread.start()
-            try:
-                self._maintenance_loop()
-            finally:
-                self.stop()
-                for thread in workers:
-                    thread.join()
+        self.heartbeat.try_beat(clock.now())
+        try:
+            # The lease keeper outlives stop(): executors still finishing a step must keep their leases
+            # (and the process its heartbeat row).
+            with self._leases:
                 if self.listener is not None:
-                    self.listener.join()
-                connections.close_all()
+                    self.listener.start()
+                for thread in workers:
+                    thread.start()
+                try:
+                    self._maintenance_loop()
+                finally:
+                    self.stop()
+                    for thread in workers:
+                        thread.join()
+                    if self.listener is not None:
+                        self.listener.join()
+        finally:
+            self.heartbeat.try_remove()
+            connections.close_all()
 
     # --- loops ---------------------------------------------------------------------------------------
 

@@ -1,12 +1,19 @@
 """manage.py weft_bench: throughput and latency of django_weft, as ratios of the database's commit rate.
 
-``--processes``, ``--celery-workers`` and ``--latency`` execute in subprocesses: see django_weft.bench_processes.
+Only in projects with ``"django_weft.bench"`` in INSTALLED_APPS. ``--processes``, ``--celery-workers`` and
+``--latency`` execute in subprocesses: see django_weft.bench.processes. It refuses to run beside live
+executors, and deletes what it created however it ends: normally, on an error, on Ctrl-C or SIGTERM (a
+second signal exits at once, without the cleanup).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from django.conf import settings
@@ -24,6 +31,29 @@ def check_sizes(*, workflows: int, steps: int, workers: int, probe_seconds: floa
         raise CommandError("--probe-seconds must be positive")
     if timeout <= 0:
         raise CommandError("--timeout must be positive")
+
+
+@contextmanager
+def interruptible() -> Iterator[None]:
+    """Turn the first SIGTERM into a KeyboardInterrupt, as Ctrl-C is, so ``finally`` blocks delete what the
+    bench created; a second SIGTERM or SIGINT, during that cleanup, ends the process at once."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be set from the main thread
+        return
+
+    def on_signal(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        sys.stderr.write("weft_bench: interrupted; deleting what it created (signal again to exit at once)\n")
+        sys.stderr.flush()
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    previous = signal.signal(signal.SIGTERM, on_signal), signal.signal(signal.SIGINT, on_signal)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous[0])
+        signal.signal(signal.SIGINT, previous[1])
 
 
 class Command(BaseCommand):
@@ -52,7 +82,9 @@ class Command(BaseCommand):
         "the first start to the latest finished_at, and completion is polled from the database. With "
         "--latency M it measures the signal-to-resume latency of an idle weft_maintenance (--interval S): "
         "M runs wait for a signal, which is sent to each after a random pause of 0..S, with PostgreSQL "
-        "NOTIFY on and off (see django_weft.bench_processes)."
+        "NOTIFY on and off (see django_weft.bench.processes). It refuses to run while executors are live "
+        "on the database (their heartbeat rows), and deletes what it created on every exit path, SIGTERM and "
+        "Ctrl-C included."
     )
 
     def progress_writer(self) -> Callable[[str], None]:
@@ -106,8 +138,23 @@ class Command(BaseCommand):
                             help="Poll interval of the weft_maintenance subprocesses (--latency: default 1; "
                                  "--processes: default WEFT_POLL_INTERVAL).")
 
-    def handle(self, *args: Any, workflows: int | None, schedules: int | None, profile: str | None, steps: int,
-               workers: int, probe_seconds: float, timeout: float, keep: bool, **options: Any) -> None:
+    def handle(self, *args: Any, **options: Any) -> None:
+        with interruptible():
+            try:
+                self.handle_mode(**options)
+            except KeyboardInterrupt as exc:
+                what = "its runs were kept (--keep)" if options["keep"] else "everything it created was deleted"
+                raise CommandError(f"weft_bench: interrupted ({exc or 'SIGINT'}); {what}") from None
+
+    def refuse_beside_live_executors(self) -> None:
+        from django_weft.bench.safety import live_executor_refusal
+
+        refusal = live_executor_refusal()
+        if refusal:
+            raise CommandError(f"weft_bench: {refusal}")
+
+    def handle_mode(self, *, workflows: int | None, schedules: int | None, profile: str | None, steps: int,
+                    workers: int, probe_seconds: float, timeout: float, keep: bool, **options: Any) -> None:
         if options.get("seed_runs") is not None:
             self.handle_seed(options["seed_runs"], options["seed_steps"], keep=keep)
             return
@@ -145,8 +192,9 @@ class Command(BaseCommand):
                     timeout=timeout)
 
         # Imported here so the bench workflow is registered only when benchmarking.
-        from django_weft.bench import BenchError, run_bench
+        from django_weft.bench.core import BenchError, run_bench
 
+        self.refuse_beside_live_executors()
         progress = self.progress_writer()
         try:
             figures = run_bench(workflows=workflows, steps=steps, workers=workers,
@@ -169,12 +217,16 @@ class Command(BaseCommand):
     def handle_seed(self, runs: int, steps: int, *, keep: bool) -> None:
         if runs < 1 or steps < 0:
             raise CommandError("--seed-runs must be at least 1 and --seed-steps 0 or more")
-        from django_weft import bench_seed
+        from django_weft.bench import seed
 
+        self.refuse_beside_live_executors()
         progress = self.progress_writer()
-        report: dict[str, Any] = {"mode": "seed", "seed": bench_seed.seed(runs, steps, progress)}
-        report["admin"] = bench_seed.time_admin_pages(progress=progress)
-        report["cleanup"] = None if keep else bench_seed.cleanup(progress)
+        report: dict[str, Any] = {"mode": "seed"}
+        try:
+            report["seed"] = seed.seed(runs, steps, progress)
+            report["admin"] = seed.time_admin_pages(progress=progress)
+        finally:
+            report["cleanup"] = None if keep else seed.cleanup(progress)
         self.stdout.write(json.dumps(report, default=str))
 
     def handle_schedules(self, *, schedules: int, steps: int, probe_seconds: float, keep: bool,
@@ -186,8 +238,9 @@ class Command(BaseCommand):
         if probe_seconds <= 0:
             raise CommandError("--probe-seconds must be positive")
 
-        from django_weft.bench import BenchError, run_schedule_bench
+        from django_weft.bench.core import BenchError, run_schedule_bench
 
+        self.refuse_beside_live_executors()
         progress = self.progress_writer()
         try:
             figures = run_schedule_bench(schedules=schedules, steps=steps, probe_seconds=probe_seconds, keep=keep,
@@ -215,9 +268,10 @@ class Command(BaseCommand):
         if celery_workers is not None and celery_workers < 1:
             raise CommandError("--celery-workers must be at least 1")
 
-        from django_weft.bench import BenchError
-        from django_weft.bench_processes import DEFAULT_BROKER, run_celery_bench, run_process_bench
+        from django_weft.bench.core import BenchError
+        from django_weft.bench.processes import DEFAULT_BROKER, run_celery_bench, run_process_bench
 
+        self.refuse_beside_live_executors()
         progress = self.progress_writer()
         try:
             if processes is not None:
@@ -228,6 +282,7 @@ class Command(BaseCommand):
             else:
                 if interval is not None:
                     raise CommandError("--interval goes with --processes or --latency")
+                assert celery_workers is not None  # handle_mode passes --processes or --celery-workers
                 figures = run_celery_bench(workflows=workflows, steps=steps, celery_workers=celery_workers,
                                            celery_app=options["celery_app"], broker=options["broker"] or DEFAULT_BROKER,
                                            probe_seconds=probe_seconds, timeout=timeout, keep=keep,
@@ -251,9 +306,10 @@ class Command(BaseCommand):
         if runs < 1:
             raise CommandError("--latency must be at least 1")
 
-        from django_weft.bench import BenchError
-        from django_weft.bench_processes import DEFAULT_LATENCY_INTERVAL, run_latency_bench
+        from django_weft.bench.core import BenchError
+        from django_weft.bench.processes import DEFAULT_LATENCY_INTERVAL, run_latency_bench
 
+        self.refuse_beside_live_executors()
         progress = self.progress_writer()
         try:
             figures = run_latency_bench(runs=runs, interval=DEFAULT_LATENCY_INTERVAL if interval is None else interval,

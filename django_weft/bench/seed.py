@@ -24,15 +24,15 @@ from __future__ import annotations
 import re
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
 from django.db import connections, reset_queries, router
 from django.test.utils import CaptureQueriesContext
 
-from . import clock
-from .models import RunStatus, Workflow, WorkflowStep
+from .. import clock
+from ..models import RunStatus, Workflow, WorkflowStep
 
 SEED_PREFIX = "bench.seed."
 SEED_ID_PREFIX = "bench-seed-"
@@ -58,7 +58,7 @@ def _db() -> str:
     return router.db_for_write(Workflow)
 
 
-def _case(expr: str, mix: list[tuple[int, str]], fmt: Callable[[str], str]) -> str:
+def _case(expr: str, mix: Sequence[tuple[int, str]], fmt: Callable[[str], str]) -> str:
     whens = " ".join(f"WHEN {expr} < {bound} THEN {fmt(value)}" for bound, value in mix[:-1])
     return f"CASE {whens} ELSE {fmt(mix[-1][1])} END"
 

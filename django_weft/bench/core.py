@@ -35,7 +35,7 @@ import re
 import threading
 import time
 import uuid
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
@@ -44,10 +44,10 @@ from django.conf import settings
 from django.db import connections, router, transaction
 from django.db.backends.signals import connection_created
 
-from . import signals
-from .activities import activity
-from .conf import weft_settings
-from .registry import workflow
+from .. import signals
+from ..activities import activity
+from ..conf import weft_settings
+from ..registry import workflow
 
 BENCH_WORKFLOW = "weft.bench"
 BENCH_ACTIVITY = "weft.bench.step"
@@ -226,8 +226,8 @@ def _chunks(items: list, size: int = CHUNK) -> Iterator[list]:
 
 
 def delete_runs(run_ids: list) -> int:
-    """Delete the given runs with their journal and timers."""
-    from .models import Timer, Workflow, WorkflowStep
+    """Delete the given runs with their journal and timers (signals and async records cascade)."""
+    from ..models import Timer, Workflow, WorkflowStep
 
     deleted = 0
     for ids in _chunks(run_ids):
@@ -238,6 +238,16 @@ def delete_runs(run_ids: list) -> int:
     return deleted
 
 
+def delete_bench_runs(run_ids: list, workflow_type: str, since: Any) -> int:
+    """Delete ``run_ids`` and every other run of ``workflow_type`` created since ``since``: one started
+    just as the bench was interrupted may have been committed without reaching ``run_ids``. (The bench
+    refuses to run beside live executors, so no other bench is creating such runs meanwhile.)"""
+    from ..models import Workflow
+
+    late = Workflow.objects.filter(workflow_type=workflow_type, created_at__gte=since).values_list("pk", flat=True)
+    return delete_runs(list({*run_ids, *late}))
+
+
 # --- the benchmark -----------------------------------------------------------------------------------
 
 
@@ -245,9 +255,9 @@ def run_bench(*, workflows: int, steps: int, workers: int, probe_seconds: float 
               timeout: float = 600.0, keep: bool = False,
               progress: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
     """Run the benchmark and return its figures. Raises :class:`BenchError` if runs fail or time out."""
-    from . import client
-    from .models import Workflow
-    from .runtime.worker import Worker
+    from .. import client, clock
+    from ..models import Workflow
+    from ..runtime.worker import Worker
 
     using = router.db_for_write(Workflow)
     conn = connections[using]
@@ -258,6 +268,7 @@ def run_bench(*, workflows: int, steps: int, workers: int, probe_seconds: float 
     raw_rate, probe_commits = measure_commit_rate(probe_seconds, using)
 
     run_ids: list = []
+    since = clock.now()
     try:
         began = time.perf_counter()
         for _ in range(workflows):
@@ -292,11 +303,12 @@ def run_bench(*, workflows: int, steps: int, workers: int, probe_seconds: float 
             for created, started, ended in Workflow.objects.filter(pk__in=ids).values_list(
                 "created_at", "started_at", "finished_at"
             ):
+                assert started is not None and ended is not None  # every run finished (checked above)
                 total_ms.append((ended - created).total_seconds() * 1000)
                 exec_ms.append((ended - started).total_seconds() * 1000)
     finally:
-        if not keep and run_ids:
-            delete_runs(run_ids)
+        if not keep:
+            delete_bench_runs(run_ids, BENCH_WORKFLOW, since)
 
     wps = workflows / drive_seconds
     end_to_end = start_seconds + drive_seconds
@@ -362,7 +374,7 @@ class StatementTally:
 
     def __init__(self) -> None:
         self.kinds: Counter = Counter()
-        self.seconds: Counter = Counter()
+        self.seconds: defaultdict[str, float] = defaultdict(float)
 
     def __call__(self, execute: Callable, sql: str, params: Any, many: bool, context: dict) -> Any:
         word = _FIRST_WORD.match(sql)
@@ -389,9 +401,9 @@ def create_bench_schedules(prefix: str, count: int, steps: int, now: Any, lead: 
     are validated by ``ScheduleSpec.check``, the due time set by ``_set_next``) exactly as
     ``create_schedule`` does, minus one INSERT and one transaction per schedule.
     """
-    from .codec import encode
-    from .models import Schedule
-    from .schedules import ScheduleSpec, _set_next, cadence_of
+    from ..codec import encode
+    from ..models import Schedule
+    from ..schedules import ScheduleSpec, _set_next, cadence_of
 
     spec = ScheduleSpec.check(cron=SCHEDULE_CRON, every=None, timezone="UTC", overlap="skip", backfill=False,
                               catchup_window=None, jitter=None, start_at=None, end_at=None)
@@ -418,7 +430,7 @@ def create_bench_schedules(prefix: str, count: int, steps: int, now: Any, lead: 
 
 def delete_bench_schedules(prefix: str) -> tuple[int, int]:
     """Delete the bench schedules with their occurrence rows and runs; returns (schedules, runs) deleted."""
-    from .models import Schedule, ScheduleOccurrence, Workflow
+    from ..models import Schedule, ScheduleOccurrence, Workflow
 
     pks = list(Schedule.objects.filter(schedule_id__startswith=f"{prefix}.").values_list("pk", flat=True))
     schedules = runs = 0
@@ -437,7 +449,7 @@ def vacuum_schedule_tables(using: str) -> float | None:
 
     Every bench leaves dead rows behind (updated schedules, deleted runs); where autovacuum is slow or off,
     the due-schedule index keeps entries of dead rows, and each page of the next tick walks them."""
-    from .models import Schedule, ScheduleOccurrence, Workflow
+    from ..models import Schedule, ScheduleOccurrence, Workflow
 
     conn = connections[using]
     if conn.vendor != "postgresql":
@@ -462,7 +474,7 @@ def check_schedule_runs(pks: list[int], due: Any) -> dict[str, int]:
     """What the tick left behind for the bench schedules: runs per schedule, occurrence rows, schedule state."""
     from django.db.models import Count
 
-    from .models import OccurrenceOutcome, RunStatus, Schedule, ScheduleOccurrence, Workflow
+    from ..models import OccurrenceOutcome, RunStatus, Schedule, ScheduleOccurrence, Workflow
 
     runs = per_schedule_max = with_run = wrong_occurrence = not_pending = 0
     started_rows = other_rows = advanced = current_set = 0
@@ -501,9 +513,9 @@ def run_schedule_bench(*, schedules: int, steps: int = 0, probe_seconds: float =
                        progress: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
     """Time one schedule tick that starts ``schedules`` runs. Raises :class:`BenchError` if it started
     anything but exactly one run per bench schedule."""
-    from . import clock
-    from .models import Schedule, ScheduleStatus
-    from .schedules import PAGE_SIZE, fire_due_schedules
+    from .. import clock
+    from ..models import Schedule, ScheduleStatus
+    from ..schedules import PAGE_SIZE, fire_due_schedules
 
     using = router.db_for_write(Schedule)
     conn = connections[using]
@@ -520,6 +532,8 @@ def run_schedule_bench(*, schedules: int, steps: int = 0, probe_seconds: float =
             raise BenchError(f"created {len(pks)} schedule(s), expected {schedules}")
         vacuum_seconds = vacuum_schedule_tables(using)
         due_at = Schedule.objects.get(pk=pks[0]).due_at
+        if due_at is None:
+            raise BenchError(f"bench schedule {pks[0]} has no due time")
         tick_now = due_at + TICK_DELAY
         others = (Schedule.objects.filter(status=ScheduleStatus.ACTIVE, due_at__isnull=False, due_at__lte=tick_now)
                   .exclude(schedule_id__startswith=f"{prefix}.").count())
@@ -543,7 +557,7 @@ def run_schedule_bench(*, schedules: int, steps: int = 0, probe_seconds: float =
                 profiler.disable()
             tick_seconds = time.perf_counter() - began
             counter.active = False
-        if profiler is not None:
+        if profiler is not None and profile:
             profiler.dump_stats(profile)
             progress(f"profile of the tick written to {profile}")
 
@@ -604,7 +618,8 @@ def run_schedule_bench(*, schedules: int, steps: int = 0, probe_seconds: float =
         # Time inside the statements (client side, the execute wrapper included); the rest of tick_seconds
         # is Python in this process, and the commits.
         "statement_seconds": round(sum(tally.seconds.values()), 3),
-        "statement_seconds_by_kind": {kind: round(t, 3) for kind, t in tally.seconds.most_common()},
+        "statement_seconds_by_kind": {kind: round(t, 3) for kind, t in sorted(tally.seconds.items(),
+                                                                    key=lambda item: -item[1])},
         **{key: value for key, value in checks.items() if key != "runs_for_bench_schedules"},
         "kept": keep,
         "schedule_prefix": prefix,

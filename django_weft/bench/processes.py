@@ -1,13 +1,13 @@
 """``manage.py weft_bench`` modes that execute in other processes: real ``weft_maintenance`` processes, a
 Celery worker, and the signal-to-resume latency of an idle loop.
 
-Importing this module registers the bench workflows (``weft.bench`` through :mod:`django_weft.bench`, and
+Importing this module registers the bench workflows (``weft.bench`` through :mod:`django_weft.bench.core`, and
 ``weft.bench.wait`` here), so only the bench command and the processes it starts import it.
 
 * :func:`run_process_bench` (``--processes P``): P ``weft_maintenance`` subprocesses with W executor threads
   each; or :func:`run_celery_bench` (``--celery-workers C``): one Celery worker subprocess (prefork, C
   processes) with ``WEFT_EXECUTOR = "celery"``. Both measure the raw commit rate first (the probe of
-  :mod:`django_weft.bench`), wait until the executors are up, then time N ``weft.bench`` starts (one
+  :mod:`django_weft.bench.core`), wait until the executors are up, then time N ``weft.bench`` starts (one
   transaction each, from this process, while the executors already run) and the drive until every run has
   finished. Completion is seen by polling the database (execution happens elsewhere): ``elapsed_seconds``
   goes from the first start to the latest ``finished_at``, so it includes the starts; ``drain_seconds`` is
@@ -19,7 +19,7 @@ Importing this module registers the bench workflows (``weft.bench`` through :mod
 
 Subprocesses inherit this process's environment (``DJANGO_SETTINGS_MODULE``, ``DATABASE_URL``...) and
 ``sys.path`` (as ``PYTHONPATH``); a ``weft_maintenance`` child refuses to run when its database is not the
-bench's. Their output goes to files whose tail every :class:`~django_weft.bench.BenchError` quotes; every
+bench's. Their output goes to files whose tail every :class:`~django_weft.bench.core.BenchError` quotes; every
 wait is bounded. At the end they get SIGTERM (SIGKILL after :data:`STOP_SECONDS`); on any error, SIGKILL.
 """
 
@@ -44,19 +44,20 @@ from django.conf import settings
 from django.db import connections, router
 from django.test.utils import override_settings
 
-from .bench import (
+from .. import clock
+from ..conf import weft_settings
+from ..registry import workflow
+from .core import (
     BENCH_WORKFLOW,
     CHUNK,
     GOAL_COMMITS_PER_WORKFLOW,
     GOAL_RATIO_TARGET,
     BenchError,
     bench_workflow,
-    delete_runs,
+    delete_bench_runs,
     measure_commit_rate,
     percentile,
 )
-from .conf import weft_settings
-from .registry import workflow
 
 WAIT_WORKFLOW = "weft.bench.wait"
 WAIT_SIGNAL = "go"
@@ -78,7 +79,7 @@ ENV_GO = "WEFT_BENCH_GO"
 WAITING_LINE = "weft_bench child: ready, waiting for go"
 CHILD_CODE = (
     "import django; django.setup(); "
-    "from django_weft.bench_processes import maintenance_child; maintenance_child()"
+    "from django_weft.bench.processes import maintenance_child; maintenance_child()"
 )
 
 __all__ = ["BENCH_WORKFLOW", "WAIT_WORKFLOW", "run_celery_bench", "run_latency_bench", "run_process_bench"]
@@ -99,7 +100,7 @@ def maintenance_child() -> None:
     database, apply the bench's WEFT_NOTIFY, then run the command with the arguments after ``-c CODE``."""
     from django.core.management import call_command
 
-    from .models import Workflow
+    from ..models import Workflow
 
     expected = os.environ.get(ENV_DB_NAME)
     actual = str(connections[router.db_for_write(Workflow)].settings_dict["NAME"])
@@ -198,6 +199,7 @@ class Children:
         self.progress = progress
         self.children: list[Child] = []
         self.directory = Path(tempfile.mkdtemp(prefix="weft-bench-"))
+        self.began = clock.now()
 
     def __enter__(self) -> Children:
         return self
@@ -206,6 +208,26 @@ class Children:
         for child in self.children:
             child.kill()
         shutil.rmtree(self.directory, ignore_errors=True)
+        self.forget_executors()
+
+    def forget_executors(self) -> int:
+        """Delete the heartbeat rows the children left (a child killed, not stopped, keeps its row until
+        it expires, and the next bench would refuse to run until then): rows of their pids on this host,
+        and Celery rows of this host since the children started (pool processes, whose pids are not
+        known here; the bench refused to start beside live executors, so they are the bench's)."""
+        from django.db.models import Q
+
+        from ..models import Executor, ExecutorKind
+
+        pids = [child.pid for child in self.children]
+        if not pids:
+            return 0
+        mine = Q(pid__in=pids) | Q(kind=ExecutorKind.CELERY, started_at__gte=self.began)
+        try:
+            return Executor.objects.filter(mine, host=socket.gethostname()[:255]).delete()[0]
+        except Exception as exc:
+            self.progress(f"note: could not delete the subprocesses' executor rows: {exc}")
+            return 0
 
     def start(self, name: str, argv: Sequence[str], env: dict[str, str]) -> Child:
         child = Child(name, argv, env, self.directory)
@@ -215,7 +237,7 @@ class Children:
 
     def start_maintenance(self, name: str, *args: str, notify: bool | None = None,
                           go: Path | None = None) -> Child:
-        from .models import Workflow
+        from ..models import Workflow
 
         extra = {ENV_DB_NAME: str(connections[router.db_for_write(Workflow)].settings_dict["NAME"])}
         if notify is not None:
@@ -279,7 +301,7 @@ def _chunked(items: list) -> list[list]:
 def wait_finished(run_ids: list, children: Children, timeout: float, poll: float = POLL_SECONDS) -> dict:
     """Poll the database until every run is finished; their statuses. Raises BenchError at the deadline or
     when a subprocess exits meanwhile."""
-    from .models import RunStatus, Workflow
+    from ..models import RunStatus, Workflow
 
     terminal = RunStatus.terminal_values()
     pending = set(run_ids)
@@ -300,7 +322,7 @@ def wait_finished(run_ids: list, children: Children, timeout: float, poll: float
 
 
 def _check_completed(statuses: dict) -> None:
-    from .models import RunStatus, Workflow
+    from ..models import RunStatus, Workflow
 
     bad = [pk for pk, status in statuses.items() if status != RunStatus.COMPLETED]
     if bad:
@@ -310,7 +332,7 @@ def _check_completed(statuses: dict) -> None:
 
 def _throughput(run_ids: list, began_wall: float, starts_done_wall: float) -> dict[str, Any]:
     """Figures from the runs' timestamps: elapsed from ``began_wall`` to the latest finished_at, latencies."""
-    from .models import Workflow
+    from ..models import Workflow
 
     total_ms: list[float] = []
     exec_ms: list[float] = []
@@ -319,6 +341,7 @@ def _throughput(run_ids: list, began_wall: float, starts_done_wall: float) -> di
         for created, started, ended in Workflow.objects.filter(pk__in=ids).values_list(
             "created_at", "started_at", "finished_at"
         ):
+            assert started is not None and ended is not None  # every run finished (wait_finished)
             total_ms.append((ended - created).total_seconds() * 1000)
             exec_ms.append((ended - started).total_seconds() * 1000)
             last_finish = max(last_finish, ended.timestamp())
@@ -341,8 +364,8 @@ def _drive_bench(*, mode: str, workflows: int, steps: int, probe_seconds: float,
 
     With ``go`` (--prestart) the executors launched hold off until it is called, after every run is
     started: the drive is then timed alone, from ``go`` to the last finish, free of the starter's pace."""
-    from . import client
-    from .models import Workflow
+    from .. import client
+    from ..models import Workflow
 
     using = router.db_for_write(Workflow)
     conn = connections[using]
@@ -354,6 +377,7 @@ def _drive_bench(*, mode: str, workflows: int, steps: int, probe_seconds: float,
     progress(f"raw commit rate {raw_rate:.0f}/s ({probe_commits} commits in {probe_seconds:g}s)")
 
     run_ids: list = []
+    since = clock.now()
     try:
         with Children(progress) as children:
             launched = launch(children)
@@ -377,8 +401,8 @@ def _drive_bench(*, mode: str, workflows: int, steps: int, probe_seconds: float,
         _check_completed(statuses)
         figures = _throughput(run_ids, began_wall, starts_done_wall)
     finally:
-        if not keep and run_ids:
-            delete_runs(run_ids)
+        if not keep:
+            delete_bench_runs(run_ids, BENCH_WORKFLOW, since)
 
     elapsed = figures["elapsed"]
     wps = workflows / elapsed
@@ -568,7 +592,7 @@ def run_celery_bench(*, workflows: int, steps: int, celery_workers: int, celery_
 
 
 def _wait_all_waiting(run_ids: list, children: Children, timeout: float) -> None:
-    from .models import RunStatus, Workflow
+    from ..models import RunStatus, Workflow
 
     deadline = time.monotonic() + timeout
     while True:
@@ -589,7 +613,7 @@ def _wait_all_waiting(run_ids: list, children: Children, timeout: float) -> None
 
 
 def _finished_at(run_id: Any, children: Children, timeout: float) -> datetime:
-    from .models import RunStatus, Workflow
+    from ..models import RunStatus, Workflow
 
     deadline = time.monotonic() + timeout
     while True:
@@ -608,11 +632,12 @@ def _finished_at(run_id: Any, children: Children, timeout: float) -> datetime:
 
 def _latency_pass(*, runs: int, interval: float, notify: bool, keep: bool, rng: random.Random,
                   progress: Callable[[str], None]) -> dict[str, Any]:
-    from . import client
+    from .. import client
 
     label = "on" if notify else "off"
     run_ids: list = []
     latencies: list[float] = []
+    since = clock.now()
     try:
         with override_settings(WEFT_NOTIFY=notify), Children(progress) as children:
             child = children.start_maintenance(f"maintenance-notify-{label}", "--workers", "1",
@@ -633,8 +658,8 @@ def _latency_pass(*, runs: int, interval: float, notify: bool, keep: bool, rng: 
             load_after = _loadavg()
             children.stop()
     finally:
-        if not keep and run_ids:
-            delete_runs(run_ids)
+        if not keep:
+            delete_bench_runs(run_ids, WAIT_WORKFLOW, since)
     return {
         "notify": notify,
         "wakeups": line.split(", ", 1)[-1].split(";")[0],
@@ -653,7 +678,7 @@ def run_latency_bench(*, runs: int, interval: float = DEFAULT_LATENCY_INTERVAL, 
                       seed: int | None = None,
                       progress: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
     """Signal-to-resume latency of an idle ``weft_maintenance`` loop (``--interval``), NOTIFY on and off."""
-    from .models import Workflow
+    from ..models import Workflow
 
     if weft_settings.EXECUTOR == "celery":
         raise BenchError("WEFT_EXECUTOR is 'celery' here: signals would send Celery tasks; run --latency with "
