@@ -12,8 +12,16 @@ class WeftConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import checks  # noqa: F401  (registers the system checks)
+        from . import (
+            checks,  # noqa: F401  (registers the system checks)
+            schedules,  # noqa: F401  (binds Schedule's operations and the run-closed hook)
+        )
         from .conf import weft_settings
+
+        try:
+            from . import tasks  # noqa: F401  (registers the Celery tasks with wakeups)
+        except ImportError:  # Celery is an optional extra
+            pass
 
         # Like admin.py: import <app>.workflows of every installed app so workflows register.
         autodiscover_modules(weft_settings.AUTODISCOVER_MODULE)

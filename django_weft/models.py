@@ -401,36 +401,32 @@ class Schedule(models.Model):
         """The input every run of the schedule starts with."""
         return decode(self.input)
 
-    # Operations (each one transaction; see django_weft.schedules).
-    def pause(self, note: str = "") -> None:
-        from . import schedules
+    # Operations, each one transaction. They live in django_weft.schedules (the services layer), which binds
+    # them here when it is imported (always, from the app's ready()): models never import a service.
+    operations: Any = None
 
-        schedules.pause(self, note)
+    def _ops(self) -> Any:
+        if Schedule.operations is None:
+            raise RuntimeError("django_weft.schedules is not loaded; is django_weft in INSTALLED_APPS?")
+        return Schedule.operations
+
+    def pause(self, note: str = "") -> None:
+        self._ops().pause(self, note)
 
     def resume(self) -> None:
-        from . import schedules
-
-        schedules.resume(self)
+        self._ops().resume(self)
 
     def update(self, **changes: object) -> None:
-        from . import schedules
-
-        schedules.update(self, **changes)
+        self._ops().update(self, **changes)
 
     def trigger(self) -> Workflow | None:
-        from . import schedules
-
-        return schedules.trigger(self)
+        return self._ops().trigger(self)
 
     def backfill(self, start: datetime, end: datetime) -> int:
-        from . import schedules
-
-        return schedules.backfill(self, start, end)
+        return self._ops().backfill(self, start, end)
 
     def cancel(self) -> None:
-        from . import schedules
-
-        schedules.cancel(self)
+        self._ops().cancel(self)
 
 
 class OccurrenceOutcome(models.TextChoices):

@@ -8,6 +8,7 @@ database, so an occurrence starts at most one run however many processes tick.
 from __future__ import annotations
 
 import logging
+import sys
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -661,3 +662,9 @@ def sync_schedules(definitions: dict[str, dict] | None = None) -> SyncReport:
         pause(schedule, REMOVED_NOTE)
         report.paused.append(schedule.schedule_id)
     return report
+
+
+# The model's convenience methods (``schedule.pause()``...) and the state writer's hook for runs a schedule
+# started: bound here, so that lower layers never import this module.
+Schedule.operations = sys.modules[__name__]
+transitions.on_schedule_run_closed(drain_buffer)

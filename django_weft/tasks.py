@@ -21,7 +21,7 @@ from celery import shared_task
 from celery.signals import worker_process_shutdown, worker_shutdown
 from django.db import close_old_connections, connections
 
-from . import clock
+from . import clock, wakeups
 
 
 def _recycle_connections() -> None:
@@ -72,3 +72,6 @@ def tick() -> int:
 
     _recycle_connections()
     return tick_when_due()
+
+
+wakeups.use_celery_tasks(drive=drive, tick=tick)

@@ -12,7 +12,7 @@ Every function is one transaction over one run row (or one page of rows for clai
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -377,6 +377,16 @@ def _check_attempt_in_flight(run: Workflow, seq: int, attempt: int) -> None:
         )
 
 
+# Called, inside the closing transaction, when a run started by a schedule closes: django_weft.schedules
+# registers the overlap policies' buffer drain here (the state writer never imports a service).
+_schedule_run_closed: list[Callable[[Workflow, datetime], None]] = []
+
+
+def on_schedule_run_closed(hook: Callable[[Workflow, datetime], None]) -> None:
+    if hook not in _schedule_run_closed:
+        _schedule_run_closed.append(hook)
+
+
 def _after_close(run: Workflow, now: datetime) -> None:
     """What closing a run means for others: its async tokens die, its children follow their policy,
     and its parent (which may wait for it) wakes."""
@@ -395,9 +405,8 @@ def _after_close(run: Workflow, now: datetime) -> None:
         if parent is not None and not parent.is_finished:
             record_event(parent, now, wakes=True)
     if run.schedule_id is not None:
-        from .schedules import drain_buffer
-
-        drain_buffer(run, now)
+        for hook in _schedule_run_closed:
+            hook(run, now)
 
 
 def _request_cancel(run: Workflow, now: datetime, reason: str) -> None:

@@ -98,22 +98,35 @@ def _notify(alias: str, channel: str) -> None:
         logger.exception("NOTIFY %s failed; idle loops find the change at their next poll", channel)
 
 
+# The Celery tasks, registered by django_weft.tasks when it is imported (the app's ready() imports it
+# where Celery is installed): the state writer announces wake-ups without importing the executor layer.
+_tasks: dict[str, Any] = {}
+
+
+def use_celery_tasks(*, drive: Any, tick: Any) -> None:
+    _tasks.update(drive=drive, tick=tick)
+
+
+def _task(name: str) -> Any:
+    task = _tasks.get(name)
+    if task is None:
+        raise RuntimeError("the django_weft Celery tasks are not loaded; is Celery installed "
+                           "(pip install 'django-weft[celery]')?")
+    return task
+
+
 def send_drive(run_id: Any | None, eta: datetime | None = None) -> bool:
     """Send ``django_weft.drive`` (for one run, or for a batch when ``run_id`` is None)."""
-    from .tasks import drive
-
-    return _send(drive, [None if run_id is None else str(run_id)], eta,
+    return _send("drive", [None if run_id is None else str(run_id)], eta,
                  f"django_weft.drive for run {run_id}; the maintenance pass will")
 
 
 def send_tick(eta: datetime | None) -> bool:
     """Send ``django_weft.tick`` for the schedule instant ``eta``."""
-    from .tasks import tick
-
-    return _send(tick, [], eta, f"django_weft.tick for {eta}; the next maintenance pass ticks")
+    return _send("tick", [], eta, f"django_weft.tick for {eta}; the next maintenance pass ticks")
 
 
-def _send(task: Any, args: list, eta: datetime | None, what: str) -> bool:
+def _send(name: str, args: list, eta: datetime | None, what: str) -> bool:
     """``task.apply_async`` on WEFT_CELERY_QUEUE. A broker error is logged, not raised: the change the task
     announces has committed, and the maintenance pass delivers it; False then."""
     options: dict[str, Any] = {"ignore_result": True}
@@ -122,7 +135,7 @@ def _send(task: Any, args: list, eta: datetime | None, what: str) -> bool:
     if weft_settings.CELERY_QUEUE:
         options["queue"] = weft_settings.CELERY_QUEUE
     try:
-        task.apply_async(args=args, **options)
+        _task(name).apply_async(args=args, **options)
     except Exception:
         logger.exception("could not send %s", what)
         return False
