@@ -23,7 +23,7 @@ from .conf import weft_settings
 from .models import AsyncActivity, RunStatus, Signal, Timer, Workflow, WorkflowStep
 from .runtime import executor
 from .runtime.leases import LeaseKeeper
-from .schedules import due_schedules, fire_due_schedules, next_due_at, purge_history
+from .schedule_tick import due_schedules, fire_due_schedules, next_due_at, purge_history
 
 logger = logging.getLogger("django_weft.maintenance")
 
@@ -188,7 +188,7 @@ def tick_ahead(now: datetime, window: float) -> int:
     The instants are each due schedule's next occurrence and the ones after it inside the window (for
     schedules more frequent than the passes), at most MAX_TICKS_AHEAD distinct ones, soonest first.
     """
-    from .schedules import cadence_of
+    from .schedule_tick import cadence_of
 
     end = now + timedelta(seconds=window * WINDOW_OVERLAP)
     due_soon = due_schedules().filter(due_at__gt=now, due_at__lte=end)[:MAX_SCHEDULES_AHEAD]

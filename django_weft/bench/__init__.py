@@ -1,8 +1,12 @@
 """django_weft's benchmarks, an optional Django app: add ``"django_weft.bench"`` to INSTALLED_APPS (after
 ``"django_weft"``) to get ``manage.py weft_bench``. Nothing here is imported by the engine.
 
-* :mod:`.core`: the in-process throughput bench and the schedule-tick bench (importing it registers the
-  ``weft.bench`` workflow, so only the command imports it);
-* :mod:`.processes`: the modes that execute in ``weft_maintenance`` or Celery subprocesses, and latency;
+* :mod:`.core`: the bench workflow, the commit-rate probe and counters, and the in-process throughput bench
+  (importing it registers the ``weft.bench`` workflow, so only the command imports it);
+* :mod:`.tick`: the schedule-tick bench (``--schedules``);
+* :mod:`.subprocesses`: starting, watching and stopping the bench's subprocesses;
+* :mod:`.processes`: the ``weft_maintenance`` subprocess mode and the timed drive it shares with
+  :mod:`.celery_worker`, the Celery-worker mode;
+* :mod:`.latency`: the signal-to-resume latency of an idle loop;
 * :mod:`.seed`: a large seeded history and the run admin's timings against it.
 """

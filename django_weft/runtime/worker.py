@@ -24,7 +24,7 @@ from .. import clock, transitions
 from ..conf import weft_settings
 from ..maintenance import default_owner, maintenance_pass
 from ..models import ExecutorKind, Workflow
-from ..schedules import next_due_at
+from ..schedule_tick import next_due_at
 from . import executor
 from .leases import ExecutorRow, LeaseKeeper
 from .listener import Doorbell, Listener, can_listen

@@ -1,9 +1,9 @@
 """manage.py weft_bench: throughput and latency of django_weft, as ratios of the database's commit rate.
 
 Only in projects with ``"django_weft.bench"`` in INSTALLED_APPS. ``--processes``, ``--celery-workers`` and
-``--latency`` execute in subprocesses: see django_weft.bench.processes. It refuses to run beside live
-executors, and deletes what it created however it ends: normally, on an error, on Ctrl-C or SIGTERM (a
-second signal exits at once, without the cleanup).
+``--latency`` execute in subprocesses: see django_weft.bench.processes, .celery_worker and .latency. It
+refuses to run beside live executors, and deletes what it created however it ends: normally, on an error,
+on Ctrl-C or SIGTERM (a second signal exits at once, without the cleanup).
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ class Command(BaseCommand):
         "the first start to the latest finished_at, and completion is polled from the database. With "
         "--latency M it measures the signal-to-resume latency of an idle weft_maintenance (--interval S): "
         "M runs wait for a signal, which is sent to each after a random pause of 0..S, with PostgreSQL "
-        "NOTIFY on and off (see django_weft.bench.processes). It refuses to run while executors are live "
+        "NOTIFY on and off (see django_weft.bench.latency). It refuses to run while executors are live "
         "on the database (their heartbeat rows), and deletes what it created on every exit path, SIGTERM and "
         "Ctrl-C included."
     )
@@ -238,7 +238,8 @@ class Command(BaseCommand):
         if probe_seconds <= 0:
             raise CommandError("--probe-seconds must be positive")
 
-        from django_weft.bench.core import BenchError, run_schedule_bench
+        from django_weft.bench.core import BenchError
+        from django_weft.bench.tick import run_schedule_bench
 
         self.refuse_beside_live_executors()
         progress = self.progress_writer()
@@ -268,8 +269,9 @@ class Command(BaseCommand):
         if celery_workers is not None and celery_workers < 1:
             raise CommandError("--celery-workers must be at least 1")
 
+        from django_weft.bench.celery_worker import DEFAULT_BROKER, run_celery_bench
         from django_weft.bench.core import BenchError
-        from django_weft.bench.processes import DEFAULT_BROKER, run_celery_bench, run_process_bench
+        from django_weft.bench.processes import run_process_bench
 
         self.refuse_beside_live_executors()
         progress = self.progress_writer()
@@ -307,7 +309,7 @@ class Command(BaseCommand):
             raise CommandError("--latency must be at least 1")
 
         from django_weft.bench.core import BenchError
-        from django_weft.bench.processes import DEFAULT_LATENCY_INTERVAL, run_latency_bench
+        from django_weft.bench.latency import DEFAULT_LATENCY_INTERVAL, run_latency_bench
 
         self.refuse_beside_live_executors()
         progress = self.progress_writer()

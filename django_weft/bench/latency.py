@@ -1,0 +1,155 @@
+"""``manage.py weft_bench --latency M``: the signal-to-resume latency of an idle ``weft_maintenance`` loop.
+
+:func:`run_latency_bench`: for NOTIFY on and off, one ``weft_maintenance`` subprocess polling every S
+seconds, M runs of ``weft.bench.wait`` parked in ``wait_for_signal``; the signals are then sent one at a
+time after a random pause (uniform 0..S, so they fall at random phases of the poll), and each latency is
+the run's ``finished_at`` minus the wall time just before ``signal()``.
+
+Importing this module registers the ``weft.bench.wait`` workflow; every ``weft_maintenance`` child of the
+bench imports it (:func:`~django_weft.bench.subprocesses.maintenance_child`) to execute those runs.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from django.conf import settings
+from django.db import connections, router
+from django.test.utils import override_settings
+
+from .. import clock
+from ..conf import weft_settings
+from ..registry import workflow
+from .core import BenchError, chunks, delete_bench_runs, load_average, percentile, round_ms
+from .subprocesses import READY_LINE, Children
+
+WAIT_WORKFLOW = "weft.bench.wait"
+WAIT_SIGNAL = "go"
+LATENCY_POLL_SECONDS = 0.01
+DEFAULT_LATENCY_INTERVAL = 1.0
+
+
+@workflow(name=WAIT_WORKFLOW)
+def wait_workflow(ctx: Any) -> None:
+    """Parks until the signal ``go`` arrives, then completes."""
+    ctx.wait_for_signal(WAIT_SIGNAL)
+
+
+def _wait_all_waiting(run_ids: list, children: Children, timeout: float) -> None:
+    from ..models import RunStatus, Workflow
+
+    deadline = time.monotonic() + timeout
+    while True:
+        counts: dict[str, int] = {}
+        for ids in chunks(run_ids):
+            for status in Workflow.objects.filter(pk__in=ids).values_list("status", flat=True):
+                counts[status] = counts.get(status, 0) + 1
+        if counts.get(RunStatus.WAITING, 0) == len(run_ids):
+            return
+        finished = sum(counts.get(status, 0) for status in RunStatus.terminal_values())
+        if finished:
+            raise BenchError(f"{finished} {WAIT_WORKFLOW} run(s) finished before their signal: {counts}")
+        children.check_alive("the runs were starting")
+        if time.monotonic() > deadline:
+            raise BenchError(f"the {WAIT_WORKFLOW} runs were not all waiting after {timeout:g}s: {counts}\n"
+                             f"{children.describe()}")
+        time.sleep(0.05)
+
+
+def _finished_at(run_id: Any, children: Children, timeout: float) -> datetime:
+    from ..models import RunStatus, Workflow
+
+    deadline = time.monotonic() + timeout
+    while True:
+        status, finished_at, error = Workflow.objects.filter(pk=run_id).values_list(
+            "status", "finished_at", "error").get()
+        if finished_at is not None:
+            if status != RunStatus.COMPLETED:
+                raise BenchError(f"run {run_id} ended {status} after its signal: {error}")
+            return finished_at
+        if time.monotonic() > deadline:
+            raise BenchError(f"run {run_id} had not finished {timeout:g}s after its signal ({status})\n"
+                             f"{children.describe()}")
+        children.check_alive("waiting for a signalled run")
+        time.sleep(LATENCY_POLL_SECONDS)
+
+
+def _latency_pass(*, runs: int, interval: float, notify: bool, keep: bool, rng: random.Random,
+                  progress: Callable[[str], None]) -> dict[str, Any]:
+    from .. import client
+
+    label = "on" if notify else "off"
+    run_ids: list = []
+    latencies: list[float] = []
+    since = clock.now()
+    try:
+        with override_settings(WEFT_NOTIFY=notify), Children(progress) as children:
+            child = children.start_maintenance(f"maintenance-notify-{label}", "--workers", "1",
+                                               "--interval", str(interval), notify=notify)
+            line = children.wait_for_line(child, READY_LINE)
+            progress(line)
+            handles = [client.start(wait_workflow) for _ in range(runs)]
+            run_ids = [handle.run_id for handle in handles]
+            _wait_all_waiting(run_ids, children, max(30.0, 10 * interval))
+            progress(f"notify {label}: {runs} run(s) waiting; signalling them one by one")
+            load_before = load_average()
+            for handle in handles:
+                time.sleep(rng.uniform(0, interval))
+                sent = time.time()
+                client.signal(handle.workflow_id, WAIT_SIGNAL)
+                finished_at = _finished_at(handle.run_id, children, max(30.0, 10 * interval))
+                latencies.append((finished_at.timestamp() - sent) * 1000)
+            load_after = load_average()
+            children.stop()
+    finally:
+        if not keep:
+            delete_bench_runs(run_ids, WAIT_WORKFLOW, since)
+    return {
+        "notify": notify,
+        "wakeups": line.split(", ", 1)[-1].split(";")[0],
+        "samples": len(latencies),
+        "p50_ms": round_ms(percentile(latencies, 50)),
+        "p95_ms": round_ms(percentile(latencies, 95)),
+        "max_ms": round_ms(max(latencies)),
+        "min_ms": round_ms(min(latencies)),
+        "mean_ms": round_ms(sum(latencies) / len(latencies)),
+        "loadavg_before": load_before,
+        "loadavg_after": load_after,
+    }
+
+
+def run_latency_bench(*, runs: int, interval: float = DEFAULT_LATENCY_INTERVAL, keep: bool = False,
+                      seed: int | None = None,
+                      progress: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
+    """Signal-to-resume latency of an idle ``weft_maintenance`` loop (``--interval``), NOTIFY on and off."""
+    from ..models import Workflow
+
+    if weft_settings.EXECUTOR == "celery":
+        raise BenchError("WEFT_EXECUTOR is 'celery' here: signals would send Celery tasks; run --latency with "
+                         "the loop executor")
+    vendor = connections[router.db_for_write(Workflow)].vendor
+    if vendor != "postgresql":
+        progress(f"note: {vendor} has no LISTEN/NOTIFY; the loop polls with NOTIFY on and off alike")
+    rng = random.Random(seed)
+    results = {}
+    for notify in (True, False):
+        results["on" if notify else "off"] = _latency_pass(runs=runs, interval=interval, notify=notify,
+                                                           keep=keep, rng=rng, progress=progress)
+    return {
+        "mode": "latency",
+        "vendor": vendor,
+        "runs": runs,
+        "interval": interval,
+        "notify_applies": vendor == "postgresql",
+        "cpus": os.cpu_count(),
+        "debug": bool(settings.DEBUG),
+        "measured_at": datetime.now(UTC).isoformat(),
+        "notify_on": results["on"],
+        "notify_off": results["off"],
+        "kept": keep,
+    }

@@ -1,0 +1,110 @@
+"""Start options: validated and made into an unsaved run, before anything is written.
+
+Used by the client's starts, by schedules for their occurrences, and by the replay context for child runs,
+so one set of rules (and one error per bad option) holds for every way a run begins.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from typing import Any
+
+from . import clock
+from .codec import encode
+from .durations import check_moment, to_seconds
+from .exceptions import InvalidArgument
+from .models import Workflow
+from .registry import WorkflowDefinition
+from .storable import check_json, check_text
+
+MAX_ID_LENGTH = 255
+MAX_TAGS = 64
+MAX_SEARCH_ATTRIBUTES_BYTES = 16 * 1024
+MAX_REASON_LENGTH = 2000
+
+
+def check_id(value: Any, what: str) -> None:
+    if not isinstance(value, str) or not value or len(value) > MAX_ID_LENGTH:
+        shown = repr(value) if not isinstance(value, str) or len(value) <= 80 else f"{len(value)} characters"
+        raise InvalidArgument(f"{what} must be a non-empty string of at most {MAX_ID_LENGTH} characters, "
+                              f"got {shown}")
+    check_text(value, what)
+
+
+def check_reason(reason: Any) -> str:
+    if not isinstance(reason, str) or len(reason) > MAX_REASON_LENGTH:
+        raise InvalidArgument(f"a reason must be a string of at most {MAX_REASON_LENGTH} characters")
+    check_text(reason, "reason")
+    return reason
+
+
+def check_tags(tags: Any) -> list[str]:
+    try:  # a bare string is a mistake, not a list of one-character tags
+        tag_list = None if isinstance(tags, str | bytes | dict) else list(tags)
+    except TypeError:
+        tag_list = None
+    if tag_list is None or not all(isinstance(t, str) and t for t in tag_list):
+        raise InvalidArgument("tags must be an iterable of non-empty strings")
+    if len(tag_list) > MAX_TAGS:
+        raise InvalidArgument(f"a run takes at most {MAX_TAGS} tags, got {len(tag_list)}")
+    for tag in tag_list:
+        check_id(tag, "a tag")
+    return tag_list
+
+
+def prepare_run(
+    definition: WorkflowDefinition,
+    input: Any = None,
+    *,
+    workflow_id: str | None = None,
+    idempotency_key: str | None = None,
+    start_at: datetime | None = None,
+    start_after: float | timedelta | None = None,
+    execution_timeout: float | timedelta | None = None,
+    tags: Iterable[str] = (),
+    search_attributes: dict[str, Any] | None = None,
+) -> Workflow:
+    """Validate start options and build the (unsaved) run; raises before anything is written."""
+    if workflow_id is not None and idempotency_key is not None:
+        raise InvalidArgument("pass workflow_id or idempotency_key, not both: an idempotent start picks its own id")
+    if workflow_id is not None:
+        check_id(workflow_id, "workflow_id")
+    if idempotency_key is not None:
+        check_id(idempotency_key, "idempotency_key")
+    if start_at is not None and start_after is not None:
+        raise InvalidArgument("pass start_at or start_after, not both")
+    if start_at is not None:
+        check_moment(start_at, "start_at")
+    tag_list = check_tags(tags)
+    if search_attributes is not None:
+        if not isinstance(search_attributes, dict) or not all(isinstance(k, str) for k in search_attributes):
+            raise InvalidArgument("search_attributes must be a dict with string keys")
+        check_json(search_attributes, "search_attributes", max_bytes=MAX_SEARCH_ATTRIBUTES_BYTES)
+    timeout_seconds = (None if execution_timeout is None
+                       else to_seconds(execution_timeout, "execution_timeout", allow_zero=False))
+    delay_seconds = None if start_after is None else to_seconds(start_after, "start_after", allow_zero=True)
+    encoded_input = encode(input, what=f"input of workflow {definition.name!r}")
+
+    now = clock.now()
+    begins = start_at or (now + timedelta(seconds=delay_seconds) if delay_seconds else now)
+    try:
+        deadline = None if timeout_seconds is None else begins + timedelta(seconds=timeout_seconds)
+    except OverflowError:
+        raise InvalidArgument(f"start_at {begins.isoformat()} plus execution_timeout {timeout_seconds:g}s is past "
+                              "the last representable date") from None
+    run = Workflow(
+        run_id=uuid.uuid4(),
+        workflow_type=definition.name,
+        input=encoded_input,
+        idempotency_key=idempotency_key,
+        tags=tag_list,
+        search_attributes=search_attributes or {},
+        runnable_at=begins,
+        execution_deadline=deadline,
+        created_at=now,
+        updated_at=now,
+    )
+    run.workflow_id = workflow_id or str(run.run_id)
+    return run
