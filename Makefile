@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 MANAGE := $(PY) testproject/manage.py
 
-.PHONY: demo test soak lint check-migrations bench clean
+.PHONY: demo test soak lint typecheck check-migrations bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,11 @@ soak: $(VENV)/.installed
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
+
+# mypy over the package (not the tests) with django-stubs; its plugin imports tests.settings, which needs the
+# test project on the path. Configuration: [tool.mypy] in pyproject.toml.
+typecheck: $(VENV)/.installed
+	PYTHONPATH=.:testproject $(VENV)/bin/mypy
 
 check-migrations: $(VENV)/.installed
 	$(MANAGE) makemigrations --check --dry-run

@@ -494,7 +494,7 @@ def test_schedule_changelist_describes_the_spec(staff_client):
     weft.create_schedule("daily", "test.collect", 0, cron="30 9 * * 1-5", timezone="Europe/Berlin")
     weft.create_schedule("often", "test.collect", 0, every=timedelta(minutes=15))
     body = staff_client.get(reverse(SCHEDULES)).content.decode()
-    assert "every weekdays (Monday to Friday) at 09:30" in body and "every 15 minutes" in body
+    assert "At 09:30 AM, Monday through Friday" in body and "Every 15 minutes" in body  # cron-descriptor, ours
     assert "Europe/Berlin" in body and "weft-badge weft-active" in body
 
 
@@ -596,25 +596,26 @@ def test_schedule_input_with_markup_is_escaped(staff_client):
     assert "<script>alert(1)</script>" not in body and "&lt;script&gt;" in body
 
 
-@pytest.mark.parametrize(("expression", "text"), [
-    ("* * * * *", "every minute"),
-    ("*/5 * * * *", "every 5 minutes"),
-    ("15 * * * *", "every hour at minute 15"),
-    ("0 */2 * * *", "every 2 hours at minute 0"),
-    ("30 9 * * *", "every day at 09:30"),
-    ("0 8 * * 1", "every Monday at 08:00"),
-    ("0 8 * * sat,sun", "every Saturday and Sunday at 08:00"),
-    ("0 0 1 * *", "on the 1st of every month at 00:00"),
-    ("0 6 25 12 *", "every year on December 25 at 06:00"),
-    ("*/10 * * * * *", "every 10 seconds"),
-    ("0 30 9 * * *", "every day at 09:30"),
-    ("5,35 1-3 * * *", None),
+@pytest.mark.parametrize(("expression", "text"), [  # cron-descriptor's words (English: the test language)
+    ("* * * * *", "Every minute"),
+    ("*/5 * * * *", "Every 5 minutes"),
+    ("15 * * * *", "At 15 minutes past the hour"),
+    ("0 */2 * * *", "Every 2 hours"),
+    ("30 9 * * *", "At 09:30 AM"),
+    ("0 8 * * 1", "At 08:00 AM, only on Monday"),
+    ("0 8 * * sat,sun", "At 08:00 AM, only on Saturday and Sunday"),
+    ("0 0 1 * *", "At 12:00 AM, on day 1 of the month"),
+    ("0 6 25 12 *", "At 06:00 AM, on day 25 of the month, only in December"),
+    ("*/10 * * * * *", "Every 10 seconds"),  # six fields: seconds first, as croniter reads them here
+    ("0 30 9 * * *", "At 09:30 AM"),
+    ("5,35 1-3 * * *", "At 5 and 35 minutes past the hour, between 01:00 AM and 03:59 AM"),
+    ("H 9 * * *", None),  # croniter's hashed field: not described rather than misread
 ])
 def test_describe_cron(expression, text):
     assert describe_cron(expression) == text
 
 
 def test_describe_interval():
-    assert describe_interval(timedelta(hours=1)) == "every hour"
-    assert describe_interval(timedelta(days=2)) == "every 2 days"
-    assert describe_interval(timedelta(seconds=90)) == "every 90 seconds"
+    assert describe_interval(timedelta(hours=1)) == "Every hour"
+    assert describe_interval(timedelta(days=2)) == "Every 2 days"
+    assert describe_interval(timedelta(seconds=90)) == "Every 90 seconds"

@@ -12,9 +12,10 @@ import pprint
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db.models import Model, QuerySet
@@ -32,6 +33,14 @@ from .. import clock
 from ..codec import decode
 from ..exceptions import WeftError
 
+if TYPE_CHECKING:
+    from django_stubs_ext import StrOrPromise
+
+    # The mixins below are only ever mixed into ModelAdmins: type-check them as one.
+    _ModelAdmin = admin.ModelAdmin[Any]
+else:
+    _ModelAdmin = object
+
 PREVIEW_CHARS = 120
 # Objects one action submission processes (the rest are left alone and the message says so).
 MAX_OBJECTS_PER_OPERATION = 1000
@@ -41,7 +50,7 @@ MAX_LISTED = 100
 MAX_INLINE_ROWS = 1000
 
 
-def pretty(data: bytes | None) -> str:
+def pretty(data: bytes | memoryview | None) -> str:
     try:
         value = decode(data)
     except Exception as exc:  # a payload this version cannot read is shown, not fatal
@@ -49,7 +58,7 @@ def pretty(data: bytes | None) -> str:
     return pprint.pformat(value, width=100, sort_dicts=False)
 
 
-def preview(data: bytes | None) -> str:
+def preview(data: bytes | memoryview | None) -> str:
     if data is None:
         return "—"
     text = pretty(data)
@@ -91,7 +100,7 @@ BADGE_COLOURS = {
 }
 
 
-def badge(value: str, label: str) -> str:
+def badge(value: str, label: StrOrPromise) -> str:
     return format_html(
         "<span class='weft-badge weft-{}' style='background:{};color:#fff;padding:1px 7px;border-radius:8px;"
         "white-space:nowrap'>{}</span>", value, BADGE_COLOURS.get(value, "#6c757d"), label)
@@ -107,7 +116,8 @@ class BoundedPaginator(Paginator):
 
     @cached_property
     def count(self) -> int:
-        rows = self.object_list.order_by()[: self.count_cap + 1].count()  # no sort needed to count
+        queryset = cast("QuerySet[Any]", self.object_list)  # the admin paginates querysets
+        rows = queryset.order_by()[: self.count_cap + 1].count()  # no sort needed to count
         self.capped = rows > self.count_cap
         return min(rows, self.count_cap)
 
@@ -153,19 +163,19 @@ class Operation:
     """One engine call per object, confirmed first, permission-checked, reported and logged."""
 
     name: str  # URL segment and action suffix, e.g. "cancel"
-    label: str  # button and page title, e.g. "Cancel"
-    done: str  # past participle for messages, e.g. "cancelled"
+    label: StrOrPromise  # button and page title, e.g. "Cancel"
+    done: StrOrPromise  # past participle for messages, e.g. "cancelled"
     permission: str  # ModelAdmin.has_<permission>_permission
-    eligible: Callable[[QuerySet], QuerySet]
+    eligible: Callable[[Any], QuerySet]  # the model's own QuerySet (its vocabulary: open(), finished() ...)
     # Does it to one object; returns a note for the log/message, or raises WeftError to skip it.
     apply: Callable[[HttpRequest, Any], str] | None = None
     # Deletes many at once (purge); returns the objects it deleted, which are logged as deletions.
     apply_many: Callable[[HttpRequest, list], list] | None = None
-    explanation: str = ""
+    explanation: StrOrPromise = ""
     destructive: bool = False
 
 
-class OperationsMixin:
+class OperationsMixin(_ModelAdmin):
     """Adds ``<pk>/<operation>/`` views and the shared confirmation flow to a ModelAdmin."""
 
     operations: dict[str, Operation] = {}
@@ -202,13 +212,20 @@ class OperationsMixin:
     def object_operation(self, request: HttpRequest, object_id: str, name: str) -> HttpResponse:
         obj = self.get_object(request, object_id)
         if obj is None:
-            return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
+            return self.missing_object_redirect(request, object_id)
         queryset = self.model._default_manager.filter(pk=obj.pk)
         response = self.run_operation(request, queryset, name, single=obj)
         if response is None:
             return HttpResponseRedirect(reverse(f"admin:{self.opts.app_label}_{self.opts.model_name}_change",
                                                 args=[obj.pk]))
         return response
+
+    def missing_object_redirect(self, request: HttpRequest, object_id: str) -> HttpResponseRedirect:
+        """What Django's change view does for an id that is gone: a warning, and back to the admin index."""
+        # Django's own message (and so its translations), curly quotes included.
+        text = _t("%(name)s with ID “%(key)s” doesn’t exist. Perhaps it was deleted?")  # noqa: RUF001
+        self.message_user(request, text % {"name": self.opts.verbose_name, "key": object_id}, messages.WARNING)
+        return HttpResponseRedirect(reverse("admin:index", current_app=self.admin_site.name))
 
     def run_operation(self, request: HttpRequest, queryset: QuerySet, name: str,
                       single: Model | None = None) -> HttpResponse | None:
@@ -237,7 +254,7 @@ class OperationsMixin:
             "ineligible_count": max(0, selected_count - eligible_count),
             "single": single,
             "action_name": f"{name}_selected",
-            "selected_ids": [] if single else request.POST.getlist(admin.helpers.ACTION_CHECKBOX_NAME),
+            "selected_ids": [] if single else request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
             "select_across": request.POST.get("select_across", "0"),
             "index": request.POST.get("index", "0"),
             "media": self.media,
@@ -260,7 +277,8 @@ class OperationsMixin:
         if op.apply_many is not None:
             done = op.apply_many(request, objects)
             if done:
-                self.log_deletions(request, done)
+                # Django only iterates what it is given; these rows are gone, so no queryset could list them.
+                self.log_deletions(request, done)  # type: ignore[arg-type]
         else:
             assert op.apply is not None
             for obj in objects:

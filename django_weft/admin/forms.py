@@ -12,6 +12,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.utils.translation import gettext_lazy as _
 
 from ..codec import decode, encode
+from ..conf import weft_settings
 from ..exceptions import InvalidArgument, WeftError
 from ..models import Schedule, Workflow
 from ..occurrences import check_cron, parse_zone
@@ -56,11 +57,24 @@ class AsyncCompletionForm(forms.Form):
             raise forms.ValidationError(_("This task token belongs to another run."))
         return token
 
-    def clean(self) -> dict:
-        data = super().clean()
+    def clean(self) -> dict[str, Any]:
+        super().clean()
+        data = self.cleaned_data
         if data.get("outcome") == "fail" and not data.get("error_message"):
             self.add_error("error_message", _("Give an error message to fail the activity with."))
         return data
+
+
+# What the admin says on a schedule that WEFT_SCHEDULES defines: sync_schedules (run when weft_maintenance
+# starts, and by `manage.py weft_schedules sync`) writes every one of its fields back from the setting.
+SETTINGS_NOTE = _("Defined in settings.WEFT_SCHEDULES; change it there and it is synced when weft_maintenance "
+                  "starts or by manage.py weft_schedules sync.")
+
+
+def defined_in_settings(schedule_id: str) -> bool:
+    """Whether the next sync rewrites this schedule: its id is a key of WEFT_SCHEDULES (synced or not yet)."""
+    definitions = weft_settings.SCHEDULES
+    return isinstance(definitions, dict) and schedule_id in definitions
 
 
 def _every_help() -> str:
@@ -80,8 +94,10 @@ class ScheduleForm(forms.ModelForm):
 
     class Meta:
         model = Schedule
-        fields = ("schedule_id", "workflow_type", "input_json", "cron", "every", "timezone", "overlap",
-                  "backfill_missed", "catchup_window", "jitter", "start_at", "end_at")
+        # Model fields only: the declared input_json is always on the form, unless the admin lists it as
+        # read-only (a subclass without it would otherwise fail over an unknown field in Meta).
+        fields = ("schedule_id", "workflow_type", "cron", "every", "timezone", "overlap", "backfill_missed",
+                  "catchup_window", "jitter", "start_at", "end_at")
         help_texts = {"every": _every_help()}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -90,12 +106,13 @@ class ScheduleForm(forms.ModelForm):
         instance = self.instance
         if instance.pk and instance.workflow_type:
             names.add(instance.workflow_type)
-        if "workflow_type" in self.fields:
-            self.fields["workflow_type"].choices = [(n, n) for n in sorted(names)]
+        workflow_type = self.fields.get("workflow_type")
+        if isinstance(workflow_type, forms.ChoiceField):  # not on the change form: read-only there
+            workflow_type.choices = [(n, n) for n in sorted(names)]
         if not self.is_bound and not instance.pk:
             self.initial.setdefault("timezone", settings.TIME_ZONE)
-        self.input_editable = True
-        if instance.pk:
+        self.input_editable = "input_json" in self.fields  # not when the admin shows the schedule read-only
+        if instance.pk and self.input_editable:
             try:
                 value = decode(instance.input)
                 json.dumps(value, cls=DjangoJSONEncoder)
@@ -103,13 +120,24 @@ class ScheduleForm(forms.ModelForm):
                 self.input_editable = False
             else:
                 self.initial["input_json"] = value
-        if not self.input_editable:
+        if "input_json" in self.fields and not self.input_editable:
             self.fields["input_json"].disabled = True
             self.fields["input_json"].help_text = _("This input is not representable as JSON; it is kept as it is.")
         self.spec: ScheduleSpec | None = None
 
-    def clean(self) -> dict:
-        data = super().clean()
+    def clean_schedule_id(self) -> str:
+        schedule_id = self.cleaned_data["schedule_id"]
+        if defined_in_settings(schedule_id):
+            raise forms.ValidationError(_("%(id)s is defined in settings.WEFT_SCHEDULES; the next sync would "
+                                          "overwrite this form's values. Change it there instead."),
+                                        params={"id": schedule_id})
+        return schedule_id
+
+    def clean(self) -> dict[str, Any]:
+        super().clean()
+        data = self.cleaned_data
+        if "cron" not in self.fields:  # the cadence is read-only (defined in WEFT_SCHEDULES): nothing to check
+            return data
         cron = (data.get("cron") or "").strip() or None
         every: timedelta | None = data.get("every")
         if cron is not None:
@@ -136,7 +164,7 @@ class ScheduleForm(forms.ModelForm):
         start_at, end_at = data.get("start_at"), data.get("end_at")
         if start_at and end_at and end_at <= start_at:
             self.add_error("end_at", _("The end must be after the start."))
-        if not self.fields["input_json"].disabled:
+        if "input_json" in self.fields and not self.fields["input_json"].disabled:
             try:
                 encode(data.get("input_json"), what="schedule input")
             except WeftError as exc:

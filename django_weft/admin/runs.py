@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
+from django.contrib.admin.utils import display_for_value
 from django.core.exceptions import PermissionDenied
-from django.db.models import Q, QuerySet
+from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
@@ -26,7 +27,9 @@ from ..models import (
     AsyncStatus,
     RunStatus,
     Signal,
+    StepStatus,
     Timer,
+    TimerPurpose,
     Workflow,
     WorkflowStep,
 )
@@ -45,6 +48,9 @@ from .common import (
     span,
 )
 from .forms import AsyncCompletionForm, SignalForm
+
+if TYPE_CHECKING:
+    from django_stubs_ext import StrOrPromise
 
 # Runs counted per status above the changelist; beyond it the count shows as "1000+".
 STATUS_COUNT_CAP = 1000
@@ -78,10 +84,59 @@ class WorkflowStepInline(ReadOnlyInline):
         return f"{step.error.get('type')}: {step.error.get('message')}" if step.error else "—"
 
 
+# Why a timer of each purpose is cleared without firing.
+CLEARED_BECAUSE: dict[str, StrOrPromise] = {
+    TimerPurpose.WAIT_TIMEOUT: _("the signal arrived first"),
+    TimerPurpose.ACTIVITY_TIMEOUT: _("the activity was completed or failed first"),
+}
+
+
 class TimerInline(ReadOnlyInline):
+    """A run's timers. The engine stamps ``fired_at`` both when a timer fires and when what it guarded came
+    first (the signal arrived, the async activity was resolved), so the outcome column tells the two apart."""
+
     model = Timer
-    fields = ("seq", "purpose", "fire_at", "fired_at")
+    fields = ("seq", "purpose", "fire_at", "outcome")
     readonly_fields = fields
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
+        step = WorkflowStep.objects.filter(run_id=OuterRef("run_id"), seq=OuterRef("seq"))
+        # Still in the one query of the inline: what the timer's step became, and whether its async attempt
+        # timed out.
+        return super().get_queryset(request).annotate(
+            weft_step_status=Subquery(step.values("status")[:1]),
+            weft_step_started_at=Subquery(step.values("started_at")[:1]),
+            weft_async_timed_out=Exists(AsyncActivity.objects.filter(
+                run_id=OuterRef("run_id"), seq=OuterRef("seq"), status=AsyncStatus.TIMED_OUT)),
+        )
+
+    @staticmethod
+    def cleared(timer: Timer) -> bool:
+        """Whether a stamped timer was cleared (what it guarded came first) rather than fired."""
+        assert timer.fired_at is not None
+        if timer.fired_at < timer.fire_at:  # nothing fires before it is due
+            return True
+        if timer.purpose == TimerPurpose.WAIT_TIMEOUT:
+            # A late signal still wins if it is there when the run wakes: the wait completed instead of
+            # failing. (A wait started after this timer's time is a retried run's new wait, not this one's.)
+            started = getattr(timer, "weft_step_started_at", None)
+            return (getattr(timer, "weft_step_status", None) == StepStatus.COMPLETED and started is not None
+                    and started < timer.fire_at)
+        if timer.purpose == TimerPurpose.ACTIVITY_TIMEOUT:
+            return not getattr(timer, "weft_async_timed_out", False)
+        return False
+
+    @admin.display(description=_("outcome"))
+    def outcome(self, timer: Timer) -> str:
+        if timer.fired_at is None:
+            return _t("pending")
+        moment = display_for_value(timer.fired_at, "—")
+        if not self.cleared(timer):
+            return _t("fired at %(moment)s") % {"moment": moment}
+        why = CLEARED_BECAUSE.get(timer.purpose)
+        if why is None:
+            return _t("cleared at %(moment)s") % {"moment": moment}
+        return _t("cleared at %(moment)s: %(why)s") % {"moment": moment, "why": why}
 
 
 class SignalInline(ReadOnlyInline):
@@ -224,6 +279,10 @@ class WorkflowAdmin(OperationsMixin, ReadOnlyMixin, admin.ModelAdmin):
     inlines = (WorkflowStepInline, SignalInline, AsyncActivityInline, TimerInline)
     change_list_template = "admin/django_weft/workflow/change_list.html"
     change_form_template = "admin/django_weft/workflow/change_form.html"
+
+    class Media:
+        css = {"all": ("django_weft/admin.css",)}  # the status-count chips
+
     fieldsets = (
         (None, {"fields": ("workflow_id", "run_id", "workflow_type", "status_badge", "wait_reason")}),
         (_("Payloads"), {"fields": ("input_pretty", "result_pretty", "error_pretty")}),
@@ -361,7 +420,7 @@ class WorkflowAdmin(OperationsMixin, ReadOnlyMixin, admin.ModelAdmin):
             raise PermissionDenied
         run = self.get_object(request, object_id)
         if run is None:
-            return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
+            return self.missing_object_redirect(request, object_id)
         return run
 
     def _back(self, run: Workflow) -> HttpResponseRedirect:

@@ -17,9 +17,9 @@ from django.utils.translation import gettext_lazy as _
 from .. import schedules
 from ..exceptions import WeftError
 from ..models import Schedule, ScheduleOccurrence, ScheduleStatus
-from .common import Operation, OperationsMixin, badge
+from .common import Operation, OperationsMixin, badge, pre, pretty
 from .describe import describe_cron, describe_interval
-from .forms import ScheduleForm
+from .forms import SETTINGS_NOTE, ScheduleForm, defined_in_settings
 
 PREVIEW_COUNT = 10
 RECENT_OCCURRENCES = 50
@@ -101,6 +101,8 @@ class ScheduleAdmin(OperationsMixin, admin.ModelAdmin):
     show_full_result_count = False
     actions = ("pause_selected", "resume_selected", "trigger_selected", "cancel_selected")
     change_form_template = "admin/django_weft/schedule/change_form.html"
+    cadence_fields = ("cron", "every", "timezone", "description", "overlap", "backfill_missed", "catchup_window",
+                      "jitter", "start_at", "end_at")
     state_fields = ("status_badge", "note", "next_fire_local", "last_fire_local", "missed_fire_count",
                     "last_missed_fire_at", "queued_runs", "current_run_link", "from_settings", "created_at",
                     "updated_at")
@@ -111,14 +113,31 @@ class ScheduleAdmin(OperationsMixin, admin.ModelAdmin):
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # cancel instead: runs and history keep pointing at the schedule
 
+    def has_change_permission(self, request: HttpRequest, obj: Schedule | None = None) -> bool:
+        # WEFT_SCHEDULES owns every field of its schedules: the next sync would silently revert an edit made
+        # here, so their page is view-only (the operations, pause and trigger among them, stay available).
+        if obj is not None and defined_in_settings(obj.schedule_id):
+            return False
+        return super().has_change_permission(request, obj)
+
     def get_readonly_fields(self, request: HttpRequest, obj: Schedule | None = None) -> tuple:
+        if obj is not None and defined_in_settings(obj.schedule_id):
+            # input_json too: a declared form field leaves the form only when it is listed here.
+            return (*self._definition_fields(obj), "input_json", *self.cadence_fields, *self.state_fields,
+                    "upcoming", "recent_occurrences")
         fixed = ("schedule_id", "workflow_type") if obj is not None else ()
         return (*fixed, "description", *self.state_fields, "upcoming", "recent_occurrences")
 
+    @staticmethod
+    def _definition_fields(obj: Schedule | None) -> tuple[str, ...]:
+        from_settings = obj is not None and defined_in_settings(obj.schedule_id)
+        return ("schedule_id", "workflow_type", "input_display" if from_settings else "input_json")
+
     def get_fieldsets(self, request: HttpRequest, obj: Schedule | None = None) -> list:
-        spec = ("cron", "every", "timezone", "description", "overlap", "backfill_missed", "catchup_window",
-                "jitter", "start_at", "end_at")
-        head = [(None, {"fields": ("schedule_id", "workflow_type", "input_json")}), (_("Cadence"), {"fields": spec})]
+        definition: dict[str, Any] = {"fields": self._definition_fields(obj)}
+        if obj is not None and defined_in_settings(obj.schedule_id):
+            definition["description"] = SETTINGS_NOTE  # at the top of the page, above every synced field
+        head = [(None, definition), (_("Cadence"), {"fields": self.cadence_fields})]
         if obj is None:
             return head
         return [
@@ -139,7 +158,7 @@ class ScheduleAdmin(OperationsMixin, admin.ModelAdmin):
     def save_model(self, request: HttpRequest, obj: Schedule, form: ScheduleForm, change: bool) -> None:
         spec = form.spec
         assert spec is not None
-        options = {"cron": spec.cron or None, "every": spec.every, "timezone": spec.timezone,
+        options: dict[str, Any] = {"cron": spec.cron or None, "every": spec.every, "timezone": spec.timezone,
                    "overlap": spec.overlap, "backfill": spec.backfill, "catchup_window": spec.catchup_window,
                    "jitter": spec.jitter, "start_at": spec.start_at, "end_at": spec.end_at}
         if not form.fields["input_json"].disabled:
@@ -177,6 +196,10 @@ class ScheduleAdmin(OperationsMixin, admin.ModelAdmin):
     def spec(self, schedule: Schedule) -> str:
         text = schedule.cron or (f"every {schedule.every}" if schedule.every is not None else "—")
         return format_html("<code>{}</code><br><small>{}</small>", text, describe(schedule))
+
+    @admin.display(description=_("input"))
+    def input_display(self, schedule: Schedule) -> str:
+        return pre(pretty(schedule.input))
 
     @admin.display(description=_("in words"))
     def description(self, schedule: Schedule) -> str:
