@@ -19,8 +19,9 @@ from django.urls import reverse
 from django.utils import translation
 
 import django_weft as weft
+from django_weft import clock as weft_clock
 from django_weft.admin.describe import cron_locale, describe_cron, describe_interval
-from django_weft.models import AsyncActivity, Schedule, Timer
+from django_weft.models import AsyncActivity, Schedule, Timer, Workflow
 
 pytestmark = pytest.mark.django_db
 
@@ -299,3 +300,19 @@ def test_the_schedule_page_describes_in_the_active_language(staff_client):
     with translation.override("de"):
         body = staff_client.get(schedule_url(schedule.pk)).content.decode()
     assert "18:30" in body and "Freitag" in body
+
+
+# --- the stalled-runs banner ---------------------------------------------------------------------------
+
+
+def test_the_runs_changelist_warns_when_runs_wait_for_an_executor_that_is_not_there(admin_client):
+    handle = weft.start("test.collect", 1)
+    Workflow.objects.filter(pk=handle.run_id).update(runnable_at=weft_clock.now() - timedelta(minutes=6))
+    page = admin_client.get(reverse("admin:django_weft_workflow_changelist")).content.decode()
+    assert "pending for over 5 minutes" in page and "is weft_maintenance running?" in page
+
+
+def test_no_banner_when_nothing_is_overdue(admin_client):
+    weft.start("test.collect", 1)
+    page = admin_client.get(reverse("admin:django_weft_workflow_changelist"))
+    assert "is weft_maintenance running?" not in page.content.decode()

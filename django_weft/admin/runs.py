@@ -17,7 +17,7 @@ from django.utils.safestring import mark_safe
 from django.utils.translation import gettext as _t
 from django.utils.translation import gettext_lazy as _
 
-from .. import clock, transitions
+from .. import clock, liveness, transitions
 from ..activities import complete_async_activity, fail_async_activity
 from ..client import WorkflowHandle
 from ..exceptions import WeftError
@@ -358,6 +358,11 @@ class WorkflowAdmin(OperationsMixin, ReadOnlyMixin, admin.ModelAdmin):
 
     def changelist_view(self, request: HttpRequest, extra_context: dict | None = None) -> HttpResponse:
         extra_context = {**(extra_context or {}), "status_counts": self.status_counts(request)}
+        if request.method == "GET":
+            # Where a new user looks first: runs waiting for an executor that is not there.
+            hint = liveness.stalled_hint()
+            if hint:
+                self.message_user(request, hint, messages.WARNING)
         return super().changelist_view(request, extra_context)
 
     def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
