@@ -13,7 +13,7 @@ import decimal
 import enum
 import threading
 import uuid
-from typing import Any
+from typing import Any, cast
 
 import msgpack
 
@@ -83,7 +83,7 @@ def _default(obj: Any) -> Any:
         return obj.value
     for base in (str, int, float, bytes, dict, list):
         if isinstance(obj, base):
-            return base(obj)
+            return base(cast(Any, obj))
     raise TypeError(type(obj).__qualname__)
 
 

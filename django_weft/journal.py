@@ -6,12 +6,13 @@ on PostgreSQL, send the fenced run update and the new journal rows as one statem
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from django.db import connections, router, transaction
+from django.db.models import Field, Model
 
 from .models import AsyncActivity, Signal, Timer, Workflow, WorkflowStep
 
@@ -116,6 +117,11 @@ _STEP_TYPES = ("integer", "varchar", "varchar", "varchar", "bytea", "jsonb", "in
                "timestamptz")
 
 
+def _concrete(model: type[Model]) -> Callable[[str], Field]:
+    """``model``'s concrete field by name (typed as a Field, which every column written here is)."""
+    return lambda name: cast(Field, model._meta.get_field(name))
+
+
 def write_in_one_statement(run_id: Any, fence: int, status: str, fields: dict[str, Any],
                            writes: Sequence[JournalWrite]) -> bool | None:
     """PostgreSQL, outside any transaction: the fenced run UPDATE plus new steps as one statement.
@@ -132,8 +138,9 @@ def write_in_one_statement(run_id: Any, fence: int, status: str, fields: dict[st
     if any(hasattr(value, "resolve_expression") for value in fields.values()):
         return None
     run_meta, step_meta = Workflow._meta, WorkflowStep._meta
-    assignments = ", ".join(f'"{run_meta.get_field(name).column}" = %s' for name in fields)
-    params = [run_meta.get_field(name).get_db_prep_save(value, connection) for name, value in fields.items()]
+    run_field, step_field = _concrete(Workflow), _concrete(WorkflowStep)
+    assignments = ", ".join(f'"{run_field(name).column}" = %s' for name in fields)
+    params = [run_field(name).get_db_prep_save(value, connection) for name, value in fields.items()]
     params += [run_meta.pk.get_db_prep_save(run_id, connection), fence, status]
     sql = (f'UPDATE "{run_meta.db_table}" SET {assignments} '
            'WHERE "run_id" = %s AND "fence" = %s AND "status" = %s RETURNING "run_id"')
@@ -145,8 +152,7 @@ def write_in_one_statement(run_id: Any, fence: int, status: str, fields: dict[st
                f"SELECT run.run_id, v.* FROM run, (VALUES {', '.join([row] * len(steps))}) AS v({columns}) "
                'RETURNING "seq", "id"')
         for step in steps:
-            params += [step_meta.get_field(c).get_db_prep_save(getattr(step, c), connection)
-                       for c in _STEP_COLUMNS]
+            params += [step_field(c).get_db_prep_save(getattr(step, c), connection) for c in _STEP_COLUMNS]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()

@@ -111,10 +111,10 @@ def count_between(cadence: Cadence, after: datetime, until: datetime, cap: int =
         return (last - first) // cadence.every + 1
     count, moment = 0, after
     while count < cap:
-        moment = cadence.next_after(moment)
-        if moment is None or moment > until:
+        following = cadence.next_after(moment)
+        if following is None or following > until:
             break
-        count += 1
+        count, moment = count + 1, following
     return count
 
 

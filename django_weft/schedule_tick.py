@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, timedelta
+from typing import cast
 
 from django.db import IntegrityError, connections, models, router, transaction
+from django.db.models import Field
 
 from . import transitions
 from .codec import decode
@@ -159,7 +161,7 @@ class ScheduleTicker:
         capped = len(due) == MAX_OCCURRENCES_PER_TICK and moment is not None and moment <= now
         if not due:
             pass
-        elif not schedule.backfill_missed and (len(due) > 1 or schedule.due_at < now - LATE_GRACE):
+        elif not schedule.backfill_missed and (len(due) > 1 or (schedule.due_at or now) < now - LATE_GRACE):
             # A late tick: what fell due before the grace is missed, but the latest occurrence, if it fell
             # due within the grace, is on time and starts.
             on_time = None
@@ -259,10 +261,10 @@ def _save_ticked(page: list[Schedule]) -> None:
         return
     connection = connections[router.db_for_write(Schedule)]
     meta = Schedule._meta
-    fields = [meta.get_field(name) for name in TICKED_FIELDS]
-    assignments = ", ".join(f"{connection.ops.quote_name(f.column)} = %s" for f in fields)
+    fields = [cast(Field, meta.get_field(name)) for name in TICKED_FIELDS]
+    assignments = ", ".join(f"{connection.ops.quote_name(str(f.column))} = %s" for f in fields)
     sql = (f"UPDATE {connection.ops.quote_name(meta.db_table)} SET {assignments} "
-           f"WHERE {connection.ops.quote_name(meta.pk.column)} = %s")
+           f"WHERE {connection.ops.quote_name(str(meta.pk.column))} = %s")
     rows = [[f.get_db_prep_save(getattr(s, f.attname), connection) for f in fields] + [s.pk] for s in page]
     with connection.cursor() as cursor:
         cursor.executemany(sql, rows)
@@ -294,6 +296,8 @@ def _tick_one(schedule: Schedule, now: datetime) -> int:
 
 def drain_buffer(run: Workflow, now: datetime) -> None:
     """``run`` (of a schedule) just closed, in this transaction: start the next buffered occurrence."""
+    if run.schedule_id is None:
+        return
     schedule = Schedule.objects.select_for_update().filter(pk=run.schedule_id).first()
     if (schedule is None or schedule.current_run_id != run.pk or not schedule.queued_occurrences
             or schedule.status != ScheduleStatus.ACTIVE):

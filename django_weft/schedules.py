@@ -122,12 +122,14 @@ class ScheduleSpec:
 
 def next_occurrences(schedule: Schedule, count: int = 10, after: datetime | None = None) -> list[datetime]:
     """The next ``count`` nominal occurrences after ``after`` (default now), for previews."""
-    cadence, found, moment = cadence_of(schedule), [], after or clock.now()
+    cadence, moment = cadence_of(schedule), after or clock.now()
+    found: list[datetime] = []
     while len(found) < count:
-        moment = cadence.next_after(moment)
-        if moment is None:
+        following = cadence.next_after(moment)
+        if following is None:
             break
-        found.append(moment)
+        found.append(following)
+        moment = following
     return found
 
 
@@ -321,12 +323,14 @@ def backfill(schedule: Schedule, start: datetime, end: datetime) -> int:
         if locked.status == ScheduleStatus.CANCELLED:
             raise TransitionNotAllowed(f"schedule {locked.schedule_id!r} is cancelled; it cannot be backfilled")
         cadence = cadence_of(locked)
-        wanted, moment = [], start - timedelta(microseconds=1)
+        wanted: list[datetime] = []
+        moment = start - timedelta(microseconds=1)
         while len(wanted) <= MAX_BACKFILL:
-            moment = cadence.next_after(moment)
-            if moment is None or moment > end:
+            following = cadence.next_after(moment)
+            if following is None or following > end:
                 break
-            wanted.append(moment)
+            wanted.append(following)
+            moment = following
         if len(wanted) > MAX_BACKFILL:
             raise InvalidArgument(f"the range holds more than {MAX_BACKFILL} occurrences; backfill it in parts")
         existing = set(Workflow.objects.filter(schedule=locked, scheduled_for__in=wanted)

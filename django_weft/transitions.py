@@ -59,7 +59,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     S.TIMED_OUT: frozenset(),
 }
 
-FINISH_SIGNALS = {
+FINISH_SIGNALS: dict[str, Any] = {
     S.COMPLETED: signals.workflow_completed,
     S.FAILED: signals.workflow_failed,
     S.CANCELLED: signals.workflow_cancelled,
@@ -88,7 +88,7 @@ def insert_run(run: Workflow, *, delayed_until: datetime | None) -> Workflow:
     run.save(force_insert=True)
     if delayed_until is not None:
         Timer.objects.create(run=run, purpose="delayed_start", fire_at=delayed_until)
-    wakeups.runnable(run.pk, run.runnable_at, run.created_at)
+    wakeups.runnable(run.pk, run.runnable_at or run.created_at, run.created_at)
     _send_on_commit(signals.workflow_started, run)
     return run
 
