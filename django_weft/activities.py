@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextvars
 import math
+import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -38,8 +39,11 @@ class RetryPolicy:
     def __post_init__(self) -> None:
         if not isinstance(self.max_attempts, int) or isinstance(self.max_attempts, bool) or self.max_attempts < 1:
             raise InvalidArgument(f"RetryPolicy.max_attempts must be an int >= 1, got {self.max_attempts!r}")
-        to_seconds(self.initial_backoff, "RetryPolicy.initial_backoff", allow_zero=True)
-        to_seconds(self.max_backoff, "RetryPolicy.max_backoff", allow_zero=True)
+        # Stored as seconds, whether given as numbers or timedeltas.
+        object.__setattr__(self, "initial_backoff",
+                           to_seconds(self.initial_backoff, "RetryPolicy.initial_backoff", allow_zero=True))
+        object.__setattr__(self, "max_backoff",
+                           to_seconds(self.max_backoff, "RetryPolicy.max_backoff", allow_zero=True))
         multiplier = self.backoff_multiplier
         try:
             finite = isinstance(multiplier, int | float) and not isinstance(multiplier, bool) and math.isfinite(
@@ -129,6 +133,51 @@ def activity(
     if fn is not None:
         return register(fn)
     return register
+
+
+# --- replacements (test doubles) ----------------------------------------------------------------------
+
+# Bodies that stand in for activities, by activity name, newest last: the one at the end is called for
+# every attempt instead of the activity's own function. ``django_weft.testing`` sets them
+# (``WeftTestEnv.mock_activity``); they apply to runs executed in this process.
+_replacements: dict[str, list[_Replacement]] = {}
+_replacements_lock = threading.Lock()
+
+
+class _Replacement:
+    """One replacement, compared by identity (the same body may be installed twice)."""
+
+    __slots__ = ("body",)
+
+    def __init__(self, body: Callable[..., Any]) -> None:
+        self.body = body
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.body(*args, **kwargs)
+
+
+def replace_activity(activity_name: str, body: Callable[..., Any]) -> Callable[[], None]:
+    """Call ``body`` instead of activity ``activity_name``'s function from now on; returns the function
+    that undoes exactly this replacement (replacements stack: undoing the newest uncovers the previous)."""
+    entry = _Replacement(body)
+    with _replacements_lock:
+        _replacements.setdefault(activity_name, []).append(entry)
+
+    def undo() -> None:
+        with _replacements_lock:
+            stack = _replacements.get(activity_name, [])
+            if entry in stack:
+                stack.remove(entry)
+            if not stack:
+                _replacements.pop(activity_name, None)
+
+    return undo
+
+
+def body_of(definition: ActivityDefinition) -> Callable[..., Any]:
+    """What an attempt of ``definition`` calls: its function, or the newest replacement of it."""
+    stack = _replacements.get(definition.name)
+    return stack[-1] if stack else definition.fn
 
 
 def definition_of(fn: Callable[..., Any]) -> ActivityDefinition:

@@ -6,17 +6,18 @@ back leaves nothing behind, and nothing runs before the caller commits.
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import Any, Literal, NamedTuple
 
-from django.db import IntegrityError, transaction
+from django.db import DatabaseError, IntegrityError, transaction
 
-from . import clock, transitions
+from . import clock, liveness, transitions
 from .codec import decode, encode
-from .durations import check_moment, to_seconds
+from .durations import to_seconds
 from .exceptions import (
     InvalidArgument,
     StartOrSignalConflict,
@@ -28,14 +29,42 @@ from .exceptions import (
     WorkflowTimedOut,
 )
 from .models import RunStatus, Workflow
-from .registry import WorkflowDefinition, get_workflow
-from .storable import check_json, check_text
+from .registry import get_workflow
+from .starts import check_id as _check_id
+from .starts import check_reason as _check_reason
+from .starts import prepare_run
+from .storable import check_text
 
 TERMINAL_CONFLICT_CHOICES = ("error", "start_new")
-MAX_ID_LENGTH = 255
-MAX_TAGS = 64
-MAX_SEARCH_ATTRIBUTES_BYTES = 16 * 1024
-MAX_REASON_LENGTH = 2000
+
+# Called by WorkflowHandle.result() without a timeout, before it starts waiting, when set: instead of
+# waiting for an executor, the waiter moves the run itself and raises if it still cannot finish.
+# django_weft.testing.WeftTestEnv sets it while it is active (for the thread that entered it), so a test
+# never hangs on a run that waits for a signal or a timer; nothing else should. Set with
+# set_result_waiter(); this module never imports the testing helpers.
+ResultWaiter = Callable[["WorkflowHandle"], None]
+_result_waiter: tuple[ResultWaiter, int] | None = None
+
+
+def set_result_waiter(waiter: ResultWaiter | None) -> tuple[ResultWaiter, int] | None:
+    """Install ``waiter`` for calls of ``result()`` made in the calling thread (None: remove it); returns
+    what was installed before, to restore."""
+    global _result_waiter
+    previous = _result_waiter
+    _result_waiter = None if waiter is None else (waiter, threading.get_ident())
+    return previous
+
+
+def restore_result_waiter(previous: tuple[ResultWaiter, int] | None) -> None:
+    global _result_waiter
+    _result_waiter = previous
+
+
+def _waiter_here() -> ResultWaiter | None:
+    installed = _result_waiter
+    if installed is None or installed[1] != threading.get_ident():
+        return None
+    return installed[0]
 
 
 class WorkflowHandle:
@@ -80,19 +109,28 @@ class WorkflowHandle:
 
         Raises WorkflowFailed, WorkflowCancelled or WorkflowTimedOut for runs that did not complete,
         and TimeoutError if ``timeout`` seconds pass first. Something (a ``weft_maintenance`` process,
-        or ``run_maintenance``) must be executing the run.
+        or ``run_maintenance``) must be executing the run. Inside ``django_weft.testing.WeftTestEnv``,
+        without a timeout, the test environment drives the run itself and raises at once, naming what
+        the run waits for, if it cannot finish without more time passing or an outside event.
         """
         if timeout is not None:
             timeout = to_seconds(timeout, "timeout", allow_zero=True)
         poll_interval = to_seconds(poll_interval, "poll_interval", allow_zero=False)
         deadline = None if timeout is None else time.monotonic() + timeout
         delay = poll_interval
+        waiter = _waiter_here() if timeout is None else None
         while True:
             run = self.refresh()
             if run.is_finished:
                 return _outcome(run)
+            if waiter is not None:
+                waiter(self)  # moves the run on; raises if it cannot finish
+                run = self.refresh()
+                if run.is_finished:
+                    return _outcome(run)
+                raise TimeoutError(_still_open(self, run))
             if deadline is not None and time.monotonic() >= deadline:
-                raise TimeoutError(f"run {self.run_id} of {self.workflow_id!r} is still {run.status}")
+                raise TimeoutError(_still_open(self, run))
             time.sleep(delay if deadline is None else max(0.0, min(delay, deadline - time.monotonic())))
             delay = min(delay * 2, 1.0)
 
@@ -119,6 +157,17 @@ class WorkflowHandle:
         transitions.resume(self.run_id, clock.now())
 
 
+def _still_open(handle: WorkflowHandle, run: Workflow) -> str:
+    message = f"run {handle.run_id} of {handle.workflow_id!r} is still {run.status}"
+    if run.wait_reason:
+        message += f" ({run.wait_reason})"
+    try:
+        hint = liveness.stalled_hint()
+    except DatabaseError:  # a hint is not worth a second error (a broken connection, a missing table)
+        hint = ""
+    return f"{message}; {hint}" if hint else message
+
+
 def _outcome(run: Workflow) -> Any:
     error = run.error or {}
     message = f"run {run.run_id} of {run.workflow_id!r}: {error.get('type')}: {error.get('message')}"
@@ -129,91 +178,6 @@ def _outcome(run: Workflow) -> Any:
     if run.status == RunStatus.CANCELLED:
         raise WorkflowCancelled(message, run_id=run.run_id, error=error)
     raise WorkflowTimedOut(message, run_id=run.run_id, error=error)
-
-
-def _check_id(value: Any, what: str) -> None:
-    if not isinstance(value, str) or not value or len(value) > MAX_ID_LENGTH:
-        shown = repr(value) if not isinstance(value, str) or len(value) <= 80 else f"{len(value)} characters"
-        raise InvalidArgument(f"{what} must be a non-empty string of at most {MAX_ID_LENGTH} characters, "
-                              f"got {shown}")
-    check_text(value, what)
-
-
-def _check_reason(reason: Any) -> str:
-    if not isinstance(reason, str) or len(reason) > MAX_REASON_LENGTH:
-        raise InvalidArgument(f"a reason must be a string of at most {MAX_REASON_LENGTH} characters")
-    check_text(reason, "reason")
-    return reason
-
-
-def _check_tags(tags: Any) -> list[str]:
-    try:  # a bare string is a mistake, not a list of one-character tags
-        tag_list = None if isinstance(tags, str | bytes | dict) else list(tags)
-    except TypeError:
-        tag_list = None
-    if tag_list is None or not all(isinstance(t, str) and t for t in tag_list):
-        raise InvalidArgument("tags must be an iterable of non-empty strings")
-    if len(tag_list) > MAX_TAGS:
-        raise InvalidArgument(f"a run takes at most {MAX_TAGS} tags, got {len(tag_list)}")
-    for tag in tag_list:
-        _check_id(tag, "a tag")
-    return tag_list
-
-
-def prepare_run(
-    definition: WorkflowDefinition,
-    input: Any = None,
-    *,
-    workflow_id: str | None = None,
-    idempotency_key: str | None = None,
-    start_at: datetime | None = None,
-    start_after: float | timedelta | None = None,
-    execution_timeout: float | timedelta | None = None,
-    tags: Iterable[str] = (),
-    search_attributes: dict[str, Any] | None = None,
-) -> Workflow:
-    """Validate start options and build the (unsaved) run; raises before anything is written."""
-    if workflow_id is not None and idempotency_key is not None:
-        raise InvalidArgument("pass workflow_id or idempotency_key, not both: an idempotent start picks its own id")
-    if workflow_id is not None:
-        _check_id(workflow_id, "workflow_id")
-    if idempotency_key is not None:
-        _check_id(idempotency_key, "idempotency_key")
-    if start_at is not None and start_after is not None:
-        raise InvalidArgument("pass start_at or start_after, not both")
-    if start_at is not None:
-        check_moment(start_at, "start_at")
-    tag_list = _check_tags(tags)
-    if search_attributes is not None:
-        if not isinstance(search_attributes, dict) or not all(isinstance(k, str) for k in search_attributes):
-            raise InvalidArgument("search_attributes must be a dict with string keys")
-        check_json(search_attributes, "search_attributes", max_bytes=MAX_SEARCH_ATTRIBUTES_BYTES)
-    timeout_seconds = (None if execution_timeout is None
-                       else to_seconds(execution_timeout, "execution_timeout", allow_zero=False))
-    delay_seconds = None if start_after is None else to_seconds(start_after, "start_after", allow_zero=True)
-    encoded_input = encode(input, what=f"input of workflow {definition.name!r}")
-
-    now = clock.now()
-    begins = start_at or (now + timedelta(seconds=delay_seconds) if delay_seconds else now)
-    try:
-        deadline = None if timeout_seconds is None else begins + timedelta(seconds=timeout_seconds)
-    except OverflowError:
-        raise InvalidArgument(f"start_at {begins.isoformat()} plus execution_timeout {timeout_seconds:g}s is past "
-                              "the last representable date") from None
-    run = Workflow(
-        run_id=uuid.uuid4(),
-        workflow_type=definition.name,
-        input=encoded_input,
-        idempotency_key=idempotency_key,
-        tags=tag_list,
-        search_attributes=search_attributes or {},
-        runnable_at=begins,
-        execution_deadline=deadline,
-        created_at=now,
-        updated_at=now,
-    )
-    run.workflow_id = workflow_id or str(run.run_id)
-    return run
 
 
 def _delayed_until(run: Workflow) -> datetime | None:
@@ -355,9 +319,30 @@ def signal(workflow_id: str, name: str, payload: Any = None, *, signal_id: str |
         return transitions.deliver_signal(run, name, data, signal_id, clock.now())
 
 
-class StartOrSignalResult(NamedTuple):
+class _HandleAndOutcome(NamedTuple):
     handle: WorkflowHandle
     outcome: Literal["started", "signalled"]
+
+
+class StartOrSignalResult(_HandleAndOutcome):
+    """What ``start_or_signal`` did: ``handle``, ``outcome`` (``"started"`` or ``"signalled"``) and
+    ``delivered``, False when the signal repeated one this run already has (same ``signal_id``, or the
+    same ``idempotency_key``): it was accepted but nothing new was stored.
+
+    Still the ``(handle, outcome)`` pair it always was, so ``handle, outcome = weft.start_or_signal(...)``
+    keeps working; ``delivered`` is an attribute beside the pair (not part of tuple equality).
+    """
+
+    delivered: bool
+
+    def __new__(cls, handle: WorkflowHandle, outcome: Literal["started", "signalled"],
+                delivered: bool = True) -> StartOrSignalResult:
+        self = super().__new__(cls, handle, outcome)
+        self.delivered = delivered
+        return self
+
+    def __repr__(self) -> str:
+        return f"StartOrSignalResult(handle={self.handle!r}, outcome={self.outcome!r}, delivered={self.delivered!r})"
 
 
 START_OPTIONS = frozenset({"start_at", "start_after", "execution_timeout", "tags", "search_attributes"})
@@ -414,8 +399,9 @@ def start_or_signal(
             else:
                 target = None
             if target is not None and not target.is_finished:
-                transitions.deliver_signal(target, signal, data, signal_id, clock.now())
-                return StartOrSignalResult(WorkflowHandle(target.workflow_id, target.run_id), "signalled")
+                delivered = transitions.deliver_signal(target, signal, data, signal_id, clock.now())
+                return StartOrSignalResult(WorkflowHandle(target.workflow_id, target.run_id), "signalled",
+                                           delivered)
             if target is not None:
                 if idempotency_key is not None or on_terminal_conflict == "error":
                     raise StartOrSignalConflict(

@@ -96,6 +96,15 @@ def props(max_examples: int = 50) -> settings:
 # Strategies
 # =====================================================================================================
 
+def pick(values: list) -> st.SearchStrategy:
+    """``st.sampled_from(values)`` without the strategy's repr holding every value (some are 10,000
+    characters long, and hypothesis warns about, and pays for, a large repr)."""
+    def value_at(index: int) -> Any:  # a function: hypothesis would describe a bound method by its list
+        return values[index]
+
+    return st.sampled_from(range(len(values))).map(value_at)
+
+
 # Every code point, NUL and lone surrogates included (hypothesis leaves surrogates out by default).
 any_char = st.characters(exclude_categories=())
 
@@ -107,7 +116,7 @@ SPECIAL_STRINGS = [
     "%(x)s", "{0}", "\\", '"', "'", "start-idem:x", "../..", "x" * 40 + "\x00",
 ]
 weird_text = st.one_of(
-    st.sampled_from(SPECIAL_STRINGS),
+    pick(SPECIAL_STRINGS),
     st.text(any_char, max_size=12),
     st.text(max_size=40),
     st.builds(lambda c, n: c * n, any_char, st.sampled_from([64, 65, 128, 129, 200, 201, 255, 256, 10_000])),
@@ -181,7 +190,7 @@ payload_leaves = st.one_of(
     st.datetimes(timezones=st.timezones()),
     st.times(timezones=st.timezones()),
     st.sampled_from(EXTREME_DATETIMES),
-    st.sampled_from([b"\x00" * 10_000, "x" * 10_000, "\U0001f600" * 10_000, dt.date.min, dt.date.max,
+    pick([b"\x00" * 10_000, "x" * 10_000, "\U0001f600" * 10_000, dt.date.min, dt.date.max,
                      dt.time.min, dt.time.max, dt.timedelta.min, dt.timedelta.max]),
 )
 payloads = st.recursive(
@@ -755,7 +764,7 @@ def decode_crashes(data: bytes) -> int | None:
 _DECODE_CRASHES: dict[tuple[str, int], int | None] = {}
 
 
-@props(100)
+@props(50)
 @given(kind=st.sampled_from(NESTING_KINDS), depth=st.sampled_from(DEPTHS), place=st.sampled_from(PAYLOAD_PLACES))
 @example(kind="tuple", depth=195, place="input")
 @example(kind="frozenset", depth=195, place="signal")
@@ -765,7 +774,7 @@ def test_deeply_nested_payloads(kind, depth, place):
         data = codec.encode(value)
     except PayloadError:
         data = None
-    if data is not None and depth >= 100:
+    if data is not None and depth >= 100 and kind not in ("list", "dict"):  # only ext types recurse in C
         if (kind, depth) not in _DECODE_CRASHES:
             _DECODE_CRASHES[kind, depth] = decode_crashes(data)
         crashed = _DECODE_CRASHES[kind, depth]
@@ -807,7 +816,7 @@ def test_payload_size_limit_is_exact(place, limit):
 # =====================================================================================================
 
 
-@props(100)
+@props(60)
 @given(name=weird_text, payload=payloads, signal_id=st.none() | identifiers, via=st.sampled_from(["weft", "handle"]),
        early=st.booleans())
 def test_signal_names_ids_and_payloads_round_trip(name, payload, signal_id, via, early):
@@ -853,7 +862,7 @@ def test_lookups_by_arbitrary_ids(workflow_id, name, signal_id, api):
             raise AssertionError(f"run id {short(workflow_id)} named a run")
 
 
-@props(60)
+@props(40)
 @given(status=st.sampled_from(["completed", "failed", "cancelled"]), name=weird_text, payload=payloads,
        signal_id=st.none() | weird_text)
 def test_signals_to_finished_runs_are_refused(status, name, payload, signal_id):
@@ -874,7 +883,7 @@ def test_signals_to_finished_runs_are_refused(status, name, payload, signal_id):
             assert not ok, "a finished run took a signal"
 
 
-@props(100)
+@props(60)
 @given(workflow_id=st.none() | identifiers, signal=identifiers, signal_id=st.none() | identifiers,
        idempotency_key=st.none() | identifiers, payload=payloads, existing=st.booleans())
 def test_start_or_signal(workflow_id, signal, signal_id, idempotency_key, payload, existing):
@@ -900,7 +909,7 @@ def test_start_or_signal(workflow_id, signal, signal_id, idempotency_key, payloa
 # =====================================================================================================
 
 
-@props(80)
+@props(50)
 @given(reason=identifiers, via=st.sampled_from(["weft", "handle"]))
 def test_cancel_reasons(reason, via):
     with example_env() as env:
@@ -916,7 +925,7 @@ def test_cancel_reasons(reason, via):
         assert run.error["message"] == (reason or "cancelled"), f"reason {short(reason)} stored as {run.error}"
 
 
-@props(80)
+@props(50)
 @given(reason=identifiers)
 def test_suspend_reasons(reason):
     with example_env() as env:
@@ -970,7 +979,7 @@ def mutate(token: str, mutation: tuple) -> Any:
     return token.encode()
 
 
-@props(100)
+@props(60)
 @given(mutation=token_mutations, action=st.sampled_from(["complete", "fail"]))
 def test_forged_tokens_are_refused(mutation, action):
     with example_env() as env:
@@ -1007,7 +1016,7 @@ def expected_failure(error: Any) -> tuple[str, str] | None:
     return None
 
 
-@props(100)
+@props(60)
 @given(error=errors_for_fail)
 def test_fail_async_activity_errors(error):
     with example_env() as env:
@@ -1066,7 +1075,7 @@ SPECIAL_BODIES = [
     '{"token": "x"}'.encode("utf-32"), b"\xff\xfe", b'{"token": "x"' + b" " * 1000, b'{"token": "' + b"a" * 600 + b'"}',
 ]
 webhook_bodies = st.one_of(
-    st.sampled_from(SPECIAL_BODIES),
+    pick(SPECIAL_BODIES),
     st.builds(json_body, json_values, st.booleans()),
     st.builds(lambda token, result, error, extra: json_body({"token": token, "result": result, "error": error,
                                                              **extra}),
@@ -1076,7 +1085,7 @@ webhook_bodies = st.one_of(
 )
 
 
-@props(150)
+@props(100)
 @given(view=st.sampled_from(["complete", "fail"]), body=webhook_bodies)
 def test_webhooks_answer_arbitrary_bodies(view, body):
     with example_env():
@@ -1209,7 +1218,7 @@ def test_ctx_sleep_values(duration, until, moment):
                 assert handle.refresh().status == "completed"
 
 
-@props(60)
+@props(40)
 @given(timeout=durations)
 def test_wait_for_signal_timeouts(timeout):
     with example_env() as env:
@@ -1227,7 +1236,7 @@ def test_wait_for_signal_timeouts(timeout):
 
 exception_specs = st.one_of(
     st.tuples(st.just("runtime"), weird_text),
-    st.tuples(st.just("runtime"), st.sampled_from(["m" * 100_000, "\x00" * 5000, "\ud800" * 5000])),
+    st.tuples(st.just("runtime"), pick(["m" * 100_000, "\x00" * 5000, "\ud800" * 5000])),
     st.tuples(st.just("args"), st.lists(payload_leaves, max_size=3).map(tuple)),
     st.tuples(st.just("bad_str"), st.none()),
 )
@@ -1319,7 +1328,9 @@ def test_retry_policy_values(max_attempts, initial_backoff, backoff_multiplier, 
                                   non_retryable=non_retryable)
     except WeftError:
         return
-    attempts = [*range(1, min(policy.max_attempts, 1200)), policy.max_attempts - 1]
+    # Attempts come one failure at a time, so a backoff is never asked for attempt 10**100; with int backoffs
+    # that would be an exact (endless) big-int power, not an overflow.
+    attempts = [*range(1, min(policy.max_attempts, 1200)), min(policy.max_attempts - 1, 10_000)]
     for n in attempts:
         if n < 1:
             continue
@@ -1464,7 +1475,7 @@ ZONES = ["UTC", "Europe/Berlin", "America/New_York", "Asia/Kolkata", "Pacific/Ch
          "posixrules", "localtime", "zone.tab", "tzdata.zi", "iso3166.tab", "America", "../etc/passwd",
          "/etc/localtime", "Europe/Berlin\x00", " UTC", "utc", "UTC/", "Europe//Berlin", "a" * 64, "a" * 65,
          "a" * 255, "a" * 10_000, "Europe/" + "x" * 300]
-timezones = st.one_of(st.none(), st.sampled_from(ZONES), weird_text, non_strings)
+timezones = st.one_of(st.none(), pick(ZONES), weird_text, non_strings)
 
 
 @props(80)
@@ -1510,7 +1521,7 @@ def schedule_example(cadence: str, **options: Any) -> Any:
     return example(cadence=cadence, **{**NO_OPTIONS, **options})
 
 
-@props(150)
+@props(100)
 @given(**schedule_options)
 @schedule_example("cron", cron="0 0 * * *", timezone="a" * 10_000)
 @schedule_example("cron", cron="* * * * *", start_at=MAX_UTC)
@@ -1522,7 +1533,7 @@ def schedule_example(cadence: str, **options: Any) -> Any:
 def test_create_schedule_cadence(cadence, cron, every, timezone, jitter, catchup_window, start_at, end_at, backfill):
     options = {"cron": cron if cadence in ("cron", "both") else None,
                "every": every if cadence in ("every", "both") else None}
-    with example_env() as env:
+    with example_env():
         ok, schedule = attempt(lambda: weft.create_schedule(
             "props-cadence", "props_wait", "never", timezone=timezone, jitter=jitter, catchup_window=catchup_window,
             start_at=start_at, end_at=end_at, backfill=backfill, **options), expect=(InvalidArgument,))
@@ -1534,8 +1545,10 @@ def test_create_schedule_cadence(cadence, cron, every, timezone, jitter, catchup
             assert close_to(T0 + row.every, T0 + dt.timedelta(seconds=seconds_of(every)), seconds_of(every))
         assert (row.start_at, row.end_at) == (start_at and utc(start_at), end_at and utc(end_at))
         weft.Schedule.objects.get(pk=row.pk).trigger()
-        env.advance(dt.timedelta(hours=1))  # must not raise, here or for any other schedule or run
-        env.advance(dt.timedelta(days=3))
+        # Must not raise, here or for any other schedule or run. Two late passes, not env.advance(), which
+        # would visit each of up to 259,200 occurrences in those three days.
+        weft.run_maintenance(now=T0 + dt.timedelta(hours=1))
+        weft.run_maintenance(now=T0 + dt.timedelta(hours=1, days=3))
         errors = list(ScheduleOccurrence.objects.filter(schedule=row, outcome="error").values_list("detail", flat=True))
         assert not errors, f"an accepted schedule failed its tick: {errors[0][:300]}"
 
@@ -1556,7 +1569,7 @@ schedule_updates = st.one_of(
 )
 
 
-@props(80)
+@props(50)
 @given(op=st.sampled_from(["pause", "update", "backfill", "overlap"]), note_text=identifiers, change=schedule_updates,
        start=any_datetimes, end=any_datetimes)
 @example(op="update", note_text="", change=("cron", "0 0 1 1 *"), start=T0, end=T0)
@@ -1582,7 +1595,9 @@ def test_schedule_operations(op, note_text, change, start, end):
             if ok and field == "input":
                 assert same(value, codec.decode(Schedule.objects.get(pk=schedule.pk).input))
             if ok:
-                env.advance(dt.timedelta(days=31))  # the updated schedule ticks without raising
+                # The updated schedule ticks without raising (one late pass: env.advance() would visit each
+                # occurrence of a changed cadence, 44,640 for a cron every minute).
+                weft.run_maintenance(now=env.now() + dt.timedelta(days=31))
                 assert not ScheduleOccurrence.objects.filter(schedule_id=schedule.pk, outcome="error").exists()
         elif op == "overlap":
             ok, _ = attempt(lambda: weft.create_schedule("props-ops2", "props_echo", every=60, overlap=value),

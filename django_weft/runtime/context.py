@@ -13,11 +13,12 @@ import contextvars
 import logging
 import random as _random
 import threading
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, NoReturn
+from typing import Any, NoReturn, ParamSpec, TypeVar
 
 from django.db import DatabaseError, connections
 
@@ -26,6 +27,7 @@ from ..activities import (
     ActivityDefinition,
     ActivityInfo,
     CompleteAsync,
+    body_of,
     current_activity,
     definition_of,
 )
@@ -60,6 +62,18 @@ from ..tokens import make_task_token
 from .errors import StopExecution, Suspend, error_dict, is_transient
 
 logger = logging.getLogger("django_weft.executor")
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+# Error messages in log lines are cut to this many characters (the journal keeps the whole message).
+LOGGED_MESSAGE_CHARS = 500
+
+
+def _in_callers_transaction() -> bool:
+    """True when the run executes inside a transaction someone else opened (the executor opens none
+    around user code): what an activity writes or reads then belongs to that transaction."""
+    return any(conn.in_atomic_block for conn in connections.all(initialized_only=True))
 
 
 @dataclass(frozen=True)
@@ -341,8 +355,8 @@ class Context:
         this run closes first: ``terminate`` (cancel it at once), ``request_cancel`` (cancel it once it
         is not executing), ``abandon`` (leave it running).
         """
-        from ..client import prepare_run
         from ..registry import get_workflow
+        from ..starts import prepare_run
 
         definition = get_workflow(workflow)
         seq, step = self._next(StepKind.CHILD, definition.name)
@@ -408,13 +422,17 @@ class Context:
 
     # --- activities ----------------------------------------------------------------------------------
 
-    def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    def run(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         """Run an activity as a journaled step and return its result.
 
         A recorded result is returned without calling ``fn`` again. Failures are retried by the
         activity's :class:`RetryPolicy` with durable backoff; when it gives up, :class:`ActivityError`
         is raised here (catch it to compensate, or let it fail the run). An activity that calls
-        ``weft.complete_async()`` parks the run until its task token is completed or failed.
+        ``weft.complete_async()`` parks the run until its task token is completed or failed (annotate
+        its return type as the type of the result it is completed with).
+
+        Typed like a call of ``fn``: a type checker reports arguments ``fn`` does not take, and the
+        result has ``fn``'s return type.
         """
         definition = definition_of(fn)
         seq, step = self._next(StepKind.ACTIVITY, definition.name)
@@ -462,21 +480,51 @@ class Context:
                             activity=definition.name, generation=self._claim.run.retries)
         self._last_info = info
         token = current_activity.set(info)
+        body = body_of(definition)  # the activity's function, or a test's replacement of it
         try:
             if definition.timeout is None:
-                return definition.fn(*args, **kwargs)
-            return self._invoke_with_timeout(definition, attempt, args, kwargs)
+                return body(*args, **kwargs)
+            if _in_callers_transaction():
+                return self._invoke_inline_with_timeout(definition, body, attempt, args, kwargs)
+            return self._invoke_with_timeout(definition, body, attempt, args, kwargs)
         finally:
             current_activity.reset(token)
 
-    def _invoke_with_timeout(self, definition: ActivityDefinition, attempt: int, args: tuple,
-                             kwargs: dict) -> Any:
+    @staticmethod
+    def _timed_out(definition: ActivityDefinition, attempt: int) -> ActivityTimeout:
+        return ActivityTimeout(
+            f"activity {definition.name!r} attempt {attempt} ran longer than its {definition.timeout:g}s timeout"
+        )
+
+    def _invoke_inline_with_timeout(self, definition: ActivityDefinition, body: Callable[..., Any],
+                                    attempt: int, args: tuple, kwargs: dict) -> Any:
+        """An attempt executed inside the caller's transaction (``run_maintenance()`` called in
+        ``transaction.atomic()``, a test database wrapped in one transaction): it runs in this thread, on
+        this connection, like an activity without a timeout, because a thread on a connection of its own
+        would not see the transaction's uncommitted rows (and on SQLite would wait for its write lock).
+        The timeout is checked when the body returns: an attempt that took longer fails with
+        ActivityTimeout and its result is dropped, as when the engine stops waiting for it."""
+        assert definition.timeout is not None
+        began = time.monotonic()
+        try:
+            value = body(*args, **kwargs)
+        except (Exception, CompleteAsync) as exc:
+            if time.monotonic() - began > definition.timeout:
+                raise self._timed_out(definition, attempt) from exc
+            raise
+        if time.monotonic() - began > definition.timeout:
+            raise self._timed_out(definition, attempt)
+        return value
+
+    def _invoke_with_timeout(self, definition: ActivityDefinition, body: Callable[..., Any], attempt: int,
+                             args: tuple, kwargs: dict) -> Any:
+        assert definition.timeout is not None
         outcome: dict[str, Any] = {}
         done = threading.Event()
 
         def target() -> None:
             try:
-                outcome["value"] = definition.fn(*args, **kwargs)
+                outcome["value"] = body(*args, **kwargs)
             except BaseException as exc:
                 outcome["error"] = exc
             finally:
@@ -489,10 +537,7 @@ class Context:
                                   daemon=True)
         worker.start()
         if not done.wait(definition.timeout):
-            raise ActivityTimeout(
-                f"activity {definition.name!r} attempt {attempt} ran longer than its {definition.timeout:g}s "
-                "timeout"
-            )
+            raise self._timed_out(definition, attempt)
         if "error" in outcome:
             raise outcome["error"]
         return outcome["value"]
@@ -508,16 +553,27 @@ class Context:
             error = {**error, "message": f"{error.get('message')} (no retry: schedule_to_close_timeout of "
                                          f"{definition.schedule_to_close_timeout:g}s would pass first)"}
         if not retryable:
+            self._log_attempt_failed(definition, attempt, error, "giving up: ActivityError is raised in the workflow")
             failed = self._step(seq, StepKind.ACTIVITY, definition.name, StepStatus.FAILED, attempt=attempt,
                                 error=error, started=started, finished=now)
             self._defer(self._record(failed, step))
             raise self._activity_error(definition.name, error, attempt) from cause
+        self._log_attempt_failed(definition, attempt, error, f"retrying at {wake_at.isoformat(timespec='seconds')}")
         waiting = self._step(seq, StepKind.ACTIVITY, definition.name, StepStatus.WAITING, attempt=attempt,
                              error=error, started=started, finished=None)
         timer = Timer(run_id=self.run_id, seq=seq, purpose=TimerPurpose.RETRY_BACKOFF, fire_at=wake_at)
         self._park(wake_at=wake_at, writes=[self._record(waiting, step), journal.InsertTimer(timer)],
                    reason=f"retrying {definition.name} (attempt {attempt + 1}) at {wake_at.isoformat()}")
         raise AssertionError("unreachable")  # _park always raises
+
+    def _log_attempt_failed(self, definition: ActivityDefinition, attempt: int, error: dict, then: str) -> None:
+        """One WARNING per failed attempt (a Celery user expects to see retries in the worker's output)."""
+        message = str(error.get("message"))
+        if len(message) > LOGGED_MESSAGE_CHARS:
+            message = message[:LOGGED_MESSAGE_CHARS] + "..."
+        logger.warning("run %s of %s: activity %s attempt %d of %d failed: %s: %s; %s", self.run_id,
+                       self._claim.run.workflow_type, definition.name, attempt, definition.retry.max_attempts,
+                       error.get("type"), message, then)
 
     @staticmethod
     def _close_deadline(definition: ActivityDefinition, started: datetime) -> datetime | None:

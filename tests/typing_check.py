@@ -1,0 +1,40 @@
+"""What a user's type checker sees: mypy checks this file in tests/test_first_hour.py (it is never imported).
+
+A trailing comment ``E: <text>`` marks a line where mypy must report an error containing that text, and
+``N: <text>`` a note (what ``reveal_type`` shows); mypy must report no other error here.
+"""
+
+from __future__ import annotations
+
+from typing import reveal_type
+
+import django_weft as weft
+
+
+@weft.activity(retry=weft.RetryPolicy(max_attempts=3), timeout=30)
+def charge_card(order_id: int, *, currency: str = "EUR") -> str:
+    return f"ch_{order_id}_{currency}"
+
+
+@weft.activity
+def ship(order_id: int) -> dict[str, int]:
+    return {"parcel": order_id}
+
+
+def plain(text: str) -> bytes:  # ctx.run takes undecorated functions too
+    return text.encode()
+
+
+@weft.workflow(name="typing.checkout")
+def checkout(ctx: weft.Context, order_id: int) -> str:
+    reveal_type(charge_card)  # N: Revealed type is "def (order_id: int, *, currency: str =) -> str"
+    reveal_type(ship)  # N: Revealed type is "def (order_id: int) -> dict[str, int]"
+    reveal_type(ctx.run(charge_card, order_id))  # N: Revealed type is "str"
+    reveal_type(ctx.run(ship, order_id))  # N: Revealed type is "dict[str, int]"
+    reveal_type(ctx.run(plain, "x"))  # N: Revealed type is "bytes"
+    ctx.run(charge_card, "42")  # E: Argument 2 to "run" of "Context" has incompatible type "str"; expected "int"
+    ctx.run(charge_card, order_id, currency=3)  # E: Argument "currency" to "run" of "Context" has incompatible type
+    ctx.run(charge_card, order_id, colour="red")  # E: Unexpected keyword argument "colour" for "run"
+    ctx.run(ship)  # E: Missing positional argument "order_id" in call to "run" of "Context"
+    count: int = ctx.run(charge_card, order_id)  # E: (expression has type "str", variable has type "int")
+    return ctx.run(charge_card, count)
