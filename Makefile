@@ -23,8 +23,10 @@ test: $(VENV)/.installed
 soak: $(VENV)/.installed
 	$(PY) -m pytest -m soak $(PYTEST_ARGS)
 
+# ruff, and the layer contract of design 8.1 ([tool.importlinter] in pyproject.toml).
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
+	PYTHONPATH=. $(VENV)/bin/lint-imports --no-cache
 
 # mypy over the package (not the tests) with django-stubs; its plugin imports tests.settings, which needs the
 # test project on the path. Configuration: [tool.mypy] in pyproject.toml.

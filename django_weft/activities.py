@@ -56,12 +56,12 @@ class RetryPolicy:
         if isinstance(kinds, type):
             kinds = (kinds,)  # one exception class, not a tuple of them
         try:
-            kinds = tuple(kinds)
+            checked: tuple | None = tuple(kinds)
         except TypeError:
-            kinds = None
-        if kinds is None or not all(isinstance(k, type) and issubclass(k, BaseException) for k in kinds):
+            checked = None
+        if checked is None or not all(isinstance(k, type) and issubclass(k, BaseException) for k in checked):
             raise InvalidArgument(f"RetryPolicy.non_retryable must be exception classes, got {self.non_retryable!r}")
-        object.__setattr__(self, "non_retryable", kinds)
+        object.__setattr__(self, "non_retryable", checked)
 
     def backoff(self, attempt: int) -> float:
         """Seconds to wait after failed attempt number ``attempt`` (1-based)."""

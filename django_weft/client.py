@@ -181,7 +181,7 @@ def _outcome(run: Workflow) -> Any:
 
 
 def _delayed_until(run: Workflow) -> datetime | None:
-    return run.runnable_at if run.runnable_at > run.created_at else None
+    return run.runnable_at if run.runnable_at is not None and run.runnable_at > run.created_at else None
 
 
 def _check_terminal_conflict(on_terminal_conflict: str, workflow_id: str | None) -> None:

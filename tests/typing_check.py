@@ -32,9 +32,9 @@ def checkout(ctx: weft.Context, order_id: int) -> str:
     reveal_type(ctx.run(charge_card, order_id))  # N: Revealed type is "str"
     reveal_type(ctx.run(ship, order_id))  # N: Revealed type is "dict[str, int]"
     reveal_type(ctx.run(plain, "x"))  # N: Revealed type is "bytes"
-    ctx.run(charge_card, "42")  # E: Argument 2 to "run" of "Context" has incompatible type "str"; expected "int"
-    ctx.run(charge_card, order_id, currency=3)  # E: Argument "currency" to "run" of "Context" has incompatible type
+    ctx.run(charge_card, "42")  # E: Argument 2 to "run" of "ActivityOps" has incompatible type "str"; expected "int"
+    ctx.run(charge_card, order_id, currency=3)  # E: Argument "currency" to "run" of "ActivityOps" has incompatible type
     ctx.run(charge_card, order_id, colour="red")  # E: Unexpected keyword argument "colour" for "run"
-    ctx.run(ship)  # E: Missing positional argument "order_id" in call to "run" of "Context"
+    ctx.run(ship)  # E: Missing positional argument "order_id" in call to "run" of "ActivityOps"
     count: int = ctx.run(charge_card, order_id)  # E: (expression has type "str", variable has type "int")
     return ctx.run(charge_card, count)

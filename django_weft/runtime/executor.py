@@ -56,8 +56,8 @@ def execute(claim: transitions.Claim, should_stop: Callable[[], bool] = lambda: 
     if not claim.fresh:
         journal = {step.seq: step for step in WorkflowStep.objects.filter(run_id=run.pk)}
         if any(step.status == StepStatus.WAITING for step in journal.values()):
-            timers = {t.seq: t for t in Timer.objects.filter(run_id=run.pk, fired_at__isnull=True,
-                                                             seq__isnull=False)}
+            timers = {int(t.seq or 0): t for t in Timer.objects.filter(run_id=run.pk, fired_at__isnull=True,
+                                                                       seq__isnull=False)}
     claim.has_dependents = any(step.kind == StepKind.CHILD for step in journal.values())
     ctx = Context(claim, journal, timers, should_stop)
     try:
@@ -105,4 +105,5 @@ def _finish(claim: transitions.Claim, status: str, *, result: bytes | None = Non
         except FencingError:
             return LOST
         return FAILED
-    return {transitions.S.COMPLETED: COMPLETED, transitions.S.FAILED: FAILED}.get(status, CANCELLED)
+    outcomes: dict[str, str] = {transitions.S.COMPLETED: COMPLETED, transitions.S.FAILED: FAILED}
+    return outcomes.get(status, CANCELLED)

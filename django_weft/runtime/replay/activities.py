@@ -1,0 +1,154 @@
+"""Activities: ``ctx.run(fn, *args, **kwargs)`` runs an activity as a journaled step (with its per-attempt
+timeout), returning the recorded result on replay.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, ParamSpec, TypeVar
+
+from django.db import connections
+
+from ... import clock, journal
+from ...activities import ActivityDefinition, ActivityInfo, CompleteAsync, body_of, current_activity, definition_of
+from ...codec import decode, encode
+from ...exceptions import ActivityTimeout, PayloadError
+from ...models import StepKind, StepStatus, TimerPurpose
+from ..errors import error_dict
+from .async_activities import AsyncActivityOps
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _in_callers_transaction() -> bool:
+    """True when the run executes inside a transaction someone else opened (the executor opens none
+    around user code): what an activity writes or reads then belongs to that transaction."""
+    return any(conn.in_atomic_block for conn in connections.all(initialized_only=True))
+
+
+class ActivityOps(AsyncActivityOps):
+    """The replay context's activities (mixed into runtime.context.Context)."""
+
+    def run(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+        """Run an activity as a journaled step and return its result.
+
+        A recorded result is returned without calling ``fn`` again. Failures are retried by the
+        activity's :class:`RetryPolicy` with durable backoff; when it gives up, :class:`ActivityError`
+        is raised here (catch it to compensate, or let it fail the run). An activity that calls
+        ``weft.complete_async()`` parks the run until its task token is completed or failed (annotate
+        its return type as the type of the result it is completed with).
+
+        Typed like a call of ``fn``: a type checker reports arguments ``fn`` does not take, and the
+        result has ``fn``'s return type.
+        """
+        definition = definition_of(fn)
+        seq, step = self._next(StepKind.ACTIVITY, definition.name)
+        if step is not None and step.status == StepStatus.COMPLETED:
+            return decode(step.result)
+        if step is not None and step.status == StepStatus.FAILED:
+            raise self._activity_error(definition.name, step.error or {}, step.attempt)
+        attempt = 1
+        started = clock.now()
+        if step is not None:  # waiting: out a retry backoff, or for an async completion
+            timer = self._timers.get(seq)
+            if timer is None or timer.purpose != TimerPurpose.RETRY_BACKOFF:
+                return self._resume_async(seq, step, definition, timer)
+            if timer.fire_at > clock.now():
+                self._park(wake_at=timer.fire_at,
+                           reason=f"retrying {definition.name} (attempt {step.attempt + 1}) at "
+                                  f"{timer.fire_at.isoformat()}")
+            self._defer(journal.FireTimer(timer.pk, clock.now()))
+            attempt = step.attempt + 1
+            started = step.started_at
+        self._before_new_work(side_effects=True)
+        try:
+            value = self._invoke(definition, seq, attempt, args, kwargs)
+            data = encode(value, what=f"result of activity {definition.name!r}")
+        except CompleteAsync:
+            return self._park_async(seq, step, definition, attempt, started)
+        except Exception as exc:
+            early = self._token_used_first(seq, attempt)
+            if early is not None:
+                return self._apply_resolution(seq, step, definition, attempt, started, early)
+            retryable = not isinstance(exc, PayloadError) and definition.retry.should_retry(attempt, exc)
+            return self._attempt_failed(seq, step, definition, attempt, started, error_dict(exc, attempt=attempt),
+                                        retryable=retryable, cause=exc)
+        early = self._token_used_first(seq, attempt)
+        if early is not None:
+            return self._apply_resolution(seq, step, definition, attempt, started, early)
+        self._defer(self._record(self._step(
+            seq, StepKind.ACTIVITY, definition.name, StepStatus.COMPLETED, attempt=attempt, result=data,
+            started=started, finished=clock.now(),
+        ), step))
+        return value
+
+    def _invoke(self, definition: ActivityDefinition, seq: int, attempt: int, args: tuple, kwargs: dict) -> Any:
+        info = ActivityInfo(workflow_id=self.workflow_id, run_id=self.run_id, seq=seq, attempt=attempt,
+                            activity=definition.name, generation=self._claim.run.retries)
+        self._last_info = info
+        token = current_activity.set(info)
+        body = body_of(definition)  # the activity's function, or a test's replacement of it
+        try:
+            if definition.timeout is None:
+                return body(*args, **kwargs)
+            if _in_callers_transaction():
+                return self._invoke_inline_with_timeout(definition, body, attempt, args, kwargs)
+            return self._invoke_with_timeout(definition, body, attempt, args, kwargs)
+        finally:
+            current_activity.reset(token)
+
+    @staticmethod
+    def _timed_out(definition: ActivityDefinition, attempt: int) -> ActivityTimeout:
+        return ActivityTimeout(
+            f"activity {definition.name!r} attempt {attempt} ran longer than its {definition.timeout:g}s timeout"
+        )
+
+    def _invoke_inline_with_timeout(self, definition: ActivityDefinition, body: Callable[..., Any],
+                                    attempt: int, args: tuple, kwargs: dict) -> Any:
+        """An attempt executed inside the caller's transaction (``run_maintenance()`` called in
+        ``transaction.atomic()``, a test database wrapped in one transaction): it runs in this thread, on
+        this connection, like an activity without a timeout, because a thread on a connection of its own
+        would not see the transaction's uncommitted rows (and on SQLite would wait for its write lock).
+        The timeout is checked when the body returns: an attempt that took longer fails with
+        ActivityTimeout and its result is dropped, as when the engine stops waiting for it."""
+        assert definition.timeout is not None
+        began = time.monotonic()
+        try:
+            value = body(*args, **kwargs)
+        except (Exception, CompleteAsync) as exc:
+            if time.monotonic() - began > definition.timeout:
+                raise self._timed_out(definition, attempt) from exc
+            raise
+        if time.monotonic() - began > definition.timeout:
+            raise self._timed_out(definition, attempt)
+        return value
+
+    def _invoke_with_timeout(self, definition: ActivityDefinition, body: Callable[..., Any], attempt: int,
+                             args: tuple, kwargs: dict) -> Any:
+        assert definition.timeout is not None
+        outcome: dict[str, Any] = {}
+        done = threading.Event()
+
+        def target() -> None:
+            try:
+                outcome["value"] = body(*args, **kwargs)
+            except BaseException as exc:
+                outcome["error"] = exc
+            finally:
+                connections.close_all()
+                done.set()
+
+        # The activity cannot be interrupted; on timeout we stop waiting and let it finish on its own.
+        context = contextvars.copy_context()  # activity_info() works in the thread too
+        worker = threading.Thread(target=context.run, args=(target,), name=f"weft-activity-{definition.name}",
+                                  daemon=True)
+        worker.start()
+        if not done.wait(definition.timeout):
+            raise self._timed_out(definition, attempt)
+        if "error" in outcome:
+            raise outcome["error"]
+        return outcome["value"]

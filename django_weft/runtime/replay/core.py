@@ -1,0 +1,146 @@
+"""The core of the replay context: positions in the journal, the check that the code still matches it,
+and the fenced writes (commit, park, fold into the next commit) every operation family uses.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import NoReturn
+
+from django.db import DatabaseError
+
+from ... import clock, journal, transitions
+from ...activities import ActivityInfo
+from ...exceptions import FencingError, NonDeterminismError
+from ...models import Timer, WorkflowStep
+from ..errors import StopExecution, Suspend, error_dict, is_transient
+
+logger = logging.getLogger("django_weft.executor")
+
+
+class ReplayCore:
+    """Positions, journal checks and fenced writes (the base of every operation family)."""
+
+    def __init__(
+        self,
+        claim: transitions.Claim,
+        steps: dict[int, WorkflowStep],
+        timers: dict[int, Timer],
+        should_stop: Callable[[], bool] = lambda: False,
+    ) -> None:
+        self._claim = claim
+        self._journal = steps
+        self._timers = timers
+        self._should_stop = should_stop
+        self._seq = 0
+        # Signals consumed by this execution whose consumption is not committed yet.
+        self._consumed_signals: set[int] = set()
+        # The identity of the activity attempt run last (did its body hand its task token out?).
+        self._last_info: ActivityInfo | None = None
+
+    @property
+    def workflow_id(self) -> str:
+        return self._claim.run.workflow_id
+
+    @property
+    def run_id(self) -> uuid.UUID:
+        return self._claim.run.run_id
+
+    @property
+    def is_replaying(self) -> bool:
+        """True while the code is re-walking operations already in the journal."""
+        return self._seq < len(self._journal)
+
+    def _next(self, kind: str, name: str) -> tuple[int, WorkflowStep | None]:
+        self._seq += 1
+        seq = self._seq
+        step = self._journal.get(seq)
+        if step is not None and (step.kind != kind or step.name != name):
+            raise NonDeterminismError(
+                f"step {seq} of run {self.run_id}: the journal recorded {step.kind} {step.name!r} but the "
+                f"workflow code now asks for {kind} {name!r}; workflow code must make the same durable "
+                "calls in the same order on every replay (deploy changes as a new workflow name)"
+            )
+        return seq, step
+
+    def _before_new_work(self, *, side_effects: bool) -> None:
+        """Check before doing anything not yet recorded.
+
+        Stops if the worker is stopping or lost the run. Before work with side effects (an activity, a
+        side effect function) the deferred writes commit, so nothing touches the world while an earlier
+        step's result could still be lost.
+        """
+        if self._claim.lost:
+            raise StopExecution(release=False)
+        if self._should_stop():
+            raise StopExecution(release=True)
+        if side_effects and self._claim.deferred:
+            self._commit()
+
+    def _commit(self, writes: Sequence[journal.JournalWrite] = ()) -> None:
+        try:
+            transitions.commit(self._claim, clock.now(), writes)
+        except FencingError:
+            raise StopExecution(release=False) from None
+        except DatabaseError as exc:
+            raise self._commit_failed(exc) from exc
+
+    def _commit_failed(self, exc: DatabaseError) -> StopExecution:
+        if is_transient(exc):
+            # Not the workflow's fault (lost connection, lock timeout, ...): leave the run to its lease,
+            # after which any executor retries from the journal, instead of failing it.
+            logger.warning("run %s: committing a step failed (%s); it is retried when its lease expires",
+                           self.run_id, exc)
+            return StopExecution(release=False)
+        # The database refused what the step would store: every retry would be refused the same way, so
+        # the run fails once, with the database's reason, instead of looping on its lease.
+        logger.error("run %s: the database refused to store step %s (%s: %s); the run fails",
+                     self.run_id, self._seq, type(exc).__name__, exc)
+        error = error_dict(exc, step=self._seq)
+        error["message"] = f"the database refused to store step {self._seq}: {error['message']}"
+        return StopExecution(release=False, fail_with=error)
+
+    def _park(self, *, wake_at: datetime | None, reason: str, writes: Sequence[journal.JournalWrite] = (),
+              awaiting_signals: Sequence[str] = ()) -> NoReturn:
+        try:
+            transitions.park(self._claim, clock.now(), wake_at=wake_at, reason=reason, writes=writes,
+                             awaiting_signals=awaiting_signals)
+        except FencingError:
+            raise StopExecution(release=False) from None
+        except DatabaseError as exc:
+            raise self._commit_failed(exc) from exc
+        raise Suspend()
+
+    def _defer(self, write: journal.JournalWrite) -> None:
+        """Fold a write into the run's next commit (made before the next side effect, at the latest when
+        the run parks, finishes or is handed back). Only deterministic workflow code runs in between, so
+        a crash in that window only repeats what at-least-once already allows."""
+        self._claim.deferred.append(write)
+
+    def _step(self, seq: int, kind: str, name: str, status: str, *, attempt: int = 1,
+              result: bytes | memoryview | None = None, error: dict | None = None, started: datetime,
+              finished: datetime | None) -> WorkflowStep:
+        return WorkflowStep(
+            run_id=self.run_id, seq=seq, kind=kind, name=name[:255], status=status, attempt=attempt,
+            result=result, error=error, started_at=started, finished_at=finished,
+        )
+
+    def _record(self, step: WorkflowStep, existing: WorkflowStep | None) -> journal.JournalWrite:
+        """The write that stores ``step`` (new, or replacing ``existing``); the journal sees it at once."""
+        self._journal[step.seq] = step
+        if existing is None:
+            return journal.InsertStep(step)
+        step.pk = existing.pk
+        return journal.UpdateStep(step)
+
+    def assert_journal_consumed(self) -> None:
+        """The code finished; a longer journal means it skipped operations it made before."""
+        if self._seq < len(self._journal):
+            extra = self._journal[self._seq + 1]
+            raise NonDeterminismError(
+                f"run {self.run_id}: the workflow returned after {self._seq} step(s), but the journal "
+                f"recorded {len(self._journal)}; step {extra.seq} was {extra.kind} {extra.name!r}"
+            )

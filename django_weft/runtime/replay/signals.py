@@ -1,0 +1,92 @@
+"""Signals: ``ctx.wait_for_signal`` consumes buffered signals in arrival order, or parks (with an optional
+durable timeout) until one arrives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any, NoReturn, cast
+
+from ... import clock, journal
+from ...codec import decode, encode
+from ...durations import to_seconds
+from ...exceptions import InvalidArgument, WaitTimeout
+from ...models import Signal, StepKind, StepStatus, Timer, TimerPurpose, WorkflowStep
+from ...storable import check_text
+from .core import ReplayCore
+
+
+class Signals(ReplayCore):
+    """The replay context's signals (mixed into runtime.context.Context)."""
+
+    def wait_for_signal(self, name_or_names: str | Sequence[str],
+                        timeout: float | timedelta | None = None) -> Any:
+        """Wait for a signal and return its payload (for a list of names: ``(name, payload)``).
+
+        Signals are buffered until consumed and consumed in arrival order, so one sent before the wait
+        is returned at once. With ``timeout``, :class:`~django_weft.WaitTimeout` is raised if no
+        signal arrives first (a durable timer, like ``sleep``).
+        """
+        several = not isinstance(name_or_names, str)
+        names: list[str] = list(name_or_names) if several else [cast(str, name_or_names)]
+        if not names or not all(isinstance(n, str) and n and len(n) <= 255 for n in names):
+            raise InvalidArgument(f"wait_for_signal needs a signal name or a list of names (each at most 255 "
+                                  f"characters), got {name_or_names!r}")
+        for name in names:
+            check_text(name, "a signal name")
+        seconds = None if timeout is None else to_seconds(timeout, "wait_for_signal timeout", allow_zero=True)
+        label = "|".join(names)
+        seq, step = self._next(StepKind.SIGNAL, label)
+        if step is not None and step.status == StepStatus.COMPLETED:
+            value = decode(step.result)
+            return tuple(value) if several else value
+        if step is not None and step.status == StepStatus.FAILED:
+            raise WaitTimeout((step.error or {}).get("message", "timed out"))
+        self._before_new_work(side_effects=False)
+        now = clock.now()
+        arrived = self._next_signal(names)
+        timer = self._timers.get(seq)
+        if arrived is not None:
+            payload = decode(arrived.payload)
+            value = [arrived.name, payload] if several else payload
+            self._consumed_signals.add(arrived.pk)
+            self._defer(journal.ConsumeSignal(arrived.pk, now, seq))
+            if timer is not None:
+                self._defer(journal.FireTimer(timer.pk, now))
+            self._defer(self._record(self._step(
+                seq, StepKind.SIGNAL, label, StepStatus.COMPLETED, result=encode(value, what="signal payload"),
+                started=step.started_at if step else now, finished=now,
+            ), step))
+            return tuple(value) if several else value
+        reason = f"waiting for signal {label}"
+        if step is not None:  # parked before and still no signal: did the timeout fire?
+            if timer is None or timer.fire_at > now:
+                self._park(wake_at=timer.fire_at if timer else None, reason=reason, awaiting_signals=names)
+            return self._signal_timed_out(seq, step, label, step.started_at, timer, now)
+        waiting = self._step(seq, StepKind.SIGNAL, label, StepStatus.WAITING, started=now, finished=None)
+        if seconds is None:
+            self._park(wake_at=None, reason=reason, awaiting_signals=names, writes=[self._record(waiting, None)])
+        if seconds == 0:
+            return self._signal_timed_out(seq, None, label, now, None, now)
+        wake_at = now + timedelta(seconds=seconds)
+        timer = Timer(run_id=self.run_id, seq=seq, purpose=TimerPurpose.WAIT_TIMEOUT, fire_at=wake_at)
+        self._park(wake_at=wake_at, reason=f"{reason} until {wake_at.isoformat()}", awaiting_signals=names,
+                   writes=[self._record(waiting, None), journal.InsertTimer(timer)])
+
+    def _next_signal(self, names: list[str]) -> Signal | None:
+        pending = Signal.objects.filter(run_id=self.run_id, name__in=names, consumed_at__isnull=True)
+        if self._consumed_signals:  # consumed in this execution, not committed yet
+            pending = pending.exclude(pk__in=self._consumed_signals)
+        return pending.order_by("sequence").first()
+
+    def _signal_timed_out(self, seq: int, step: WorkflowStep | None, label: str, started: datetime,
+                          timer: Timer | None, now: datetime) -> NoReturn:
+        message = f"no signal {label} arrived before the timeout"
+        if timer is not None:
+            self._defer(journal.FireTimer(timer.pk, now))
+        self._defer(self._record(self._step(
+            seq, StepKind.SIGNAL, label, StepStatus.FAILED, error={"type": "WaitTimeout", "message": message},
+            started=started, finished=now,
+        ), step))
+        raise WaitTimeout(message)
