@@ -55,8 +55,7 @@ def acting_at(value: datetime | None) -> Iterator[None]:
     if value is None:
         yield
         return
-    check_moment(value, "run_maintenance(now=...)")
-    token = _pass_time.set(value)
+    token = _pass_time.set(check_moment(value, "run_maintenance(now=...)"))
     try:
         yield
     finally:

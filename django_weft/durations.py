@@ -39,14 +39,14 @@ MIN_YEAR, MAX_YEAR = 1900, 9000
 
 
 def check_moment(value: Any, what: str) -> datetime:
-    """``value`` if it is an aware datetime between MIN_YEAR and MAX_YEAR; InvalidArgument naming ``what``
-    otherwise."""
+    """``value`` in UTC if it is an aware datetime between MIN_YEAR and MAX_YEAR; InvalidArgument naming
+    ``what`` otherwise. (In UTC because Python allows offsets up to ±24 h and PostgreSQL stores ±15:59.)"""
     if not isinstance(value, datetime) or value.tzinfo is None or value.utcoffset() is None:
         raise InvalidArgument(f"{what} must be an aware datetime, got {value!r}")
     try:
-        year = value.astimezone(UTC).year
+        utc = value.astimezone(UTC)
     except (OverflowError, ValueError):
-        year = None
-    if year is None or not MIN_YEAR <= year <= MAX_YEAR:
+        utc = None
+    if utc is None or not MIN_YEAR <= utc.year <= MAX_YEAR:
         raise InvalidArgument(f"{what} must be between the years {MIN_YEAR} and {MAX_YEAR}, got {value!r}")
-    return value
+    return utc

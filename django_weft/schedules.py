@@ -93,9 +93,10 @@ class ScheduleSpec:
             raise InvalidArgument(f"overlap must be one of {', '.join(OverlapPolicy.values)}, got {overlap!r}")
         if not isinstance(backfill, bool):
             raise InvalidArgument(f"backfill must be True or False, got {backfill!r}")
-        for name, value in (("start_at", start_at), ("end_at", end_at)):
-            if value is not None:
-                check_moment(value, name)
+        if start_at is not None:
+            start_at = check_moment(start_at, "start_at")
+        if end_at is not None:
+            end_at = check_moment(end_at, "end_at")
         if start_at is not None and end_at is not None and end_at <= start_at:
             raise InvalidArgument("end_at must be after start_at")
 
@@ -167,7 +168,7 @@ def create_schedule(
     data = encode(input, what=f"input of schedule {schedule_id!r}")
     now = clock.now()
     schedule = Schedule(schedule_id=schedule_id, workflow_type=definition.name, input=data,
-                        anchor=start_at or now, created_at=now, updated_at=now)
+                        anchor=spec.start_at or now, created_at=now, updated_at=now)
     spec.apply(schedule)
     set_next(schedule, cadence_of(schedule).next_after(now))
     try:
@@ -313,8 +314,7 @@ def trigger(schedule: Schedule) -> Workflow | None:
 def backfill(schedule: Schedule, start: datetime, end: datetime) -> int:
     """Start one run for every occurrence in [start, end] that has none yet, regardless of the overlap
     policy (at most 10,000 per call). Returns how many runs it started."""
-    for name, value in (("start", start), ("end", end)):
-        check_moment(value, f"backfill {name}")
+    start, end = check_moment(start, "backfill start"), check_moment(end, "backfill end")
     if end < start:
         raise InvalidArgument("backfill end must not be before start")
     now = clock.now()

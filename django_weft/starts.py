@@ -76,7 +76,7 @@ def prepare_run(
     if start_at is not None and start_after is not None:
         raise InvalidArgument("pass start_at or start_after, not both")
     if start_at is not None:
-        check_moment(start_at, "start_at")
+        start_at = check_moment(start_at, "start_at")
     tag_list = check_tags(tags)
     if search_attributes is not None:
         if not isinstance(search_attributes, dict) or not all(isinstance(k, str) for k in search_attributes):

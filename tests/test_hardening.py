@@ -320,3 +320,16 @@ def test_schedule_durations_refuse_nan(db, option):
     with pytest.raises(weft.InvalidArgument, match=option):
         weft.create_schedule("nan", "test.collect", **kwargs, **{option: math.nan})
     assert not Schedule.objects.exists()
+
+
+def test_moments_with_offsets_postgresql_cannot_store_are_taken_in_utc(db):
+    # Python allows UTC offsets up to 24 h; PostgreSQL stores at most 15:59.
+    import datetime as dt
+
+    far_east = dt.timezone(dt.timedelta(hours=16))
+    moment = dt.datetime(2030, 1, 1, 12, 0, tzinfo=far_east)
+    handle = weft.start("test.collect", 1, start_at=moment)
+    assert handle.refresh().runnable_at == moment
+    schedule = weft.create_schedule("offset", "test.collect", 1, every=timedelta(hours=1), start_at=moment)
+    schedule.refresh_from_db()
+    assert schedule.start_at == moment

@@ -21,8 +21,8 @@ class Timers(ReplayCore):
         self._sleep(lambda now: now + timedelta(seconds=seconds))
 
     def sleep_until(self, moment: datetime) -> None:
-        check_moment(moment, "ctx.sleep_until's moment")
-        self._sleep(lambda now: moment)
+        utc = check_moment(moment, "ctx.sleep_until's moment")
+        self._sleep(lambda now: utc)
 
     def _sleep(self, wake_at_from: Callable[[datetime], datetime]) -> None:
         seq, step = self._next(StepKind.SLEEP, "sleep")
