@@ -33,8 +33,9 @@ EXT_TUPLE = 9
 
 
 # Tuples, sets and timedeltas are packed (and unpacked) by a nested msgpack call each, which costs C
-# stack; nesting them deeper than this is refused, so that neither side can overflow the stack.
-MAX_EXT_NESTING = 64
+# stack (about 43 KB a level when decoding); nesting them deeper than this is refused on both sides, so
+# that decoding stays within a 2 MB thread stack.
+MAX_EXT_NESTING = 32
 _nesting = threading.local()
 
 

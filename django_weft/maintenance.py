@@ -140,7 +140,7 @@ def run_maintenance(now: datetime | None = None) -> MaintenanceReport:
         moment = clock.now()
         report.timed_out = time_out_expired(moment)
         report.schedules_fired = fire_due_schedules(moment)
-        execute_runnable(now, report, default_owner())
+        execute_runnable(None if now is None else moment, report, default_owner())  # moment: now in UTC
         report.purged = purge_finished(moment)
     return report
 

@@ -333,3 +333,34 @@ def test_moments_with_offsets_postgresql_cannot_store_are_taken_in_utc(db):
     schedule = weft.create_schedule("offset", "test.collect", 1, every=timedelta(hours=1), start_at=moment)
     schedule.refresh_from_db()
     assert schedule.start_at == moment
+
+
+def test_run_maintenance_takes_now_in_any_offset(db):
+    import datetime as dt
+
+    handle = weft.start("hardening.delayed", "offset-now")
+    later = dt.datetime(2099, 1, 2, tzinfo=dt.timezone(dt.timedelta(hours=16)))
+    weft.run_maintenance(now=later)
+    assert handle.result(timeout=0) == "after"
+
+
+def test_deeply_nested_tuples_decode_in_a_small_thread_stack():
+    import threading
+
+    from django_weft.codec import MAX_EXT_NESTING, decode, encode
+
+    value: tuple = ()
+    for _ in range(MAX_EXT_NESTING - 2):  # the outer encode call and the innermost tuple count too
+        value = (value,)
+    data = encode(value)
+    with pytest.raises(weft.PayloadNotSerializable, match="nested more than"):
+        encode((value,))
+    results: list = []
+    previous = threading.stack_size(2 * 1024 * 1024)
+    try:
+        thread = threading.Thread(target=lambda: results.append(decode(data) == value))
+        thread.start()
+        thread.join(30)
+    finally:
+        threading.stack_size(previous)
+    assert results == [True]

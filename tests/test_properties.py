@@ -27,6 +27,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 from django.conf import settings as django_settings
@@ -141,6 +142,8 @@ BEFORE_YEAR_1 = dt.datetime(1, 1, 1, tzinfo=PLUS14)
 AFTER_YEAR_9999 = dt.datetime(9999, 12, 31, 23, 59, tzinfo=MINUS14)
 MAX_UTC = dt.datetime.max.replace(tzinfo=UTC)
 MIN_UTC = dt.datetime.min.replace(tzinfo=UTC)
+PLUS16 = dt.timezone(dt.timedelta(hours=16))  # Python allows offsets up to 23:59; PostgreSQL up to 15:59
+BERLIN = ZoneInfo("Europe/Berlin")
 EXTREME_DATETIMES = [
     dt.datetime.min, dt.datetime.max, dt.datetime.min.replace(tzinfo=UTC), dt.datetime.max.replace(tzinfo=UTC),
     dt.datetime(1, 1, 1, tzinfo=dt.timezone(dt.timedelta(hours=14))),
@@ -668,6 +671,8 @@ def test_execution_timeout(execution_timeout):
 @given(start_at=st.one_of(any_datetimes, non_strings), execution_timeout=st.none() | durations)
 @example(start_at=BEFORE_YEAR_1, execution_timeout=None)
 @example(start_at=AFTER_YEAR_9999, execution_timeout=None)
+@example(start_at=dt.datetime(2030, 6, 1, tzinfo=PLUS16), execution_timeout=None)
+@example(start_at=dt.datetime(2030, 3, 1, tzinfo=BERLIN), execution_timeout=dt.timedelta(days=60))  # across DST
 def test_start_at(start_at, execution_timeout):
     with example_env() as env:
         ok, handle = attempt(lambda: weft.start("props_echo", 1, start_at=start_at,
@@ -1442,6 +1447,7 @@ def test_child_workflow_ids(workflow_id, policy):
 
 @props(50)
 @given(now=st.one_of(st.none(), any_datetimes, non_strings))
+@example(now=dt.datetime(2030, 1, 2, tzinfo=PLUS16))
 def test_run_maintenance_now(now):
     with example_env():
         handle = started("props_echo", 1)
@@ -1530,6 +1536,8 @@ def schedule_example(cadence: str, **options: Any) -> Any:
                   start_at=dt.datetime(9999, 12, 31, tzinfo=UTC))
 @schedule_example("every", every=60, start_at=BEFORE_YEAR_1)
 @schedule_example("every", every=60, end_at=AFTER_YEAR_9999)
+@schedule_example("every", every=60, start_at=dt.datetime(2030, 6, 1, tzinfo=PLUS16))
+@schedule_example("every", every=86400, start_at=dt.datetime(2029, 10, 1, tzinfo=BERLIN))  # anchored before DST ends
 def test_create_schedule_cadence(cadence, cron, every, timezone, jitter, catchup_window, start_at, end_at, backfill):
     options = {"cron": cron if cadence in ("cron", "both") else None,
                "every": every if cadence in ("every", "both") else None}
@@ -1544,6 +1552,11 @@ def test_create_schedule_cadence(cadence, cron, every, timezone, jitter, catchup
         if options["every"] is not None:
             assert close_to(T0 + row.every, T0 + dt.timedelta(seconds=seconds_of(every)), seconds_of(every))
         assert (row.start_at, row.end_at) == (start_at and utc(start_at), end_at and utc(end_at))
+        if options["every"] is not None and row.next_fire_at is not None:
+            # An interval is elapsed time: occurrences are anchor + k * every, whatever the anchor's zone.
+            offset = row.next_fire_at - row.anchor
+            assert offset % row.every == dt.timedelta(0), (f"next occurrence {row.next_fire_at} is {offset} after "
+                                                           f"the anchor {row.anchor}, not a multiple of {row.every}")
         weft.Schedule.objects.get(pk=row.pk).trigger()
         # Must not raise, here or for any other schedule or run. Two late passes, not env.advance(), which
         # would visit each of up to 259,200 occurrences in those three days.
