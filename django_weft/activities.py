@@ -258,13 +258,13 @@ def complete_async_activity(token: str, result: Any = None) -> None:
     already resolved (or its run finished), PayloadTooLarge / PayloadNotSerializable for a bad result,
     in which case the token is not used up.
     """
-    from . import clock, transitions
+    from . import clock, resolutions
     from .codec import encode
     from .models import AsyncStatus
 
     parts = parse_task_token(token)
     data = encode(result, what="async activity result")
-    transitions.resolve_async(parts, clock.now(), status=AsyncStatus.COMPLETED, result=data)
+    resolutions.resolve_async(parts, clock.now(), status=AsyncStatus.COMPLETED, result=data)
 
 
 MAX_ERROR_TEXT = 4000
@@ -275,7 +275,7 @@ def fail_async_activity(token: str, error: BaseException | str | dict) -> None:
 
     ``error`` is an exception, a message, or ``{"message": ..., "type": ...}``.
     """
-    from . import clock, transitions
+    from . import clock, resolutions
     from .models import AsyncStatus
     from .runtime.errors import error_dict
 
@@ -296,4 +296,4 @@ def fail_async_activity(token: str, error: BaseException | str | dict) -> None:
             raise InvalidArgument(f"the error's {part} is longer than {MAX_ERROR_TEXT} characters")
         check_text(details[part], f"the error's {part}")
     details["attempt"] = parts.attempt
-    transitions.resolve_async(parts, clock.now(), status=AsyncStatus.FAILED, error=details)
+    resolutions.resolve_async(parts, clock.now(), status=AsyncStatus.FAILED, error=details)

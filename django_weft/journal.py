@@ -89,7 +89,7 @@ def apply(writes: Iterable[JournalWrite]) -> None:
             insert_run(write.run, delayed_until=None)
         elif isinstance(write, InsertAsync):
             record = write.record
-            # The outside system may have answered before the park (see transitions.resolve_async).
+            # The outside system may have answered before the park (see resolutions.resolve_async).
             early = AsyncActivity.objects.filter(run_id=record.run_id, seq=record.seq, attempt=record.attempt)
             if not early.update(activity=record.activity):
                 record.save(force_insert=True)

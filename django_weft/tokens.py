@@ -3,7 +3,7 @@
 A token names (run, step, attempt) and the run's retry generation: deterministic, so an attempt re-run
 after a crash hands out the same token, and different after an operator's retry, so the token of an
 attempt from before the retry resolves nothing. Single use is enforced where it is resolved
-(``transitions.resolve_async``), not here.
+(``resolutions.resolve_async``), not here.
 """
 
 from __future__ import annotations

@@ -25,8 +25,6 @@ from . import journal, signals, wakeups
 from .conf import weft_settings
 from .exceptions import (
     FencingError,
-    InvalidTaskToken,
-    TaskTokenAlreadyUsed,
     TransitionNotAllowed,
     WorkflowNotFound,
 )
@@ -37,13 +35,11 @@ from .models import (
     RunStatus,
     Schedule,
     Signal,
-    StepKind,
     StepStatus,
     Timer,
     Workflow,
     WorkflowStep,
 )
-from .tokens import TaskToken, make_task_token
 
 logger = logging.getLogger("django_weft.transitions")
 
@@ -222,7 +218,7 @@ def park(claim: Claim, now: datetime, *, wake_at: datetime | None, reason: str,
             pk=claim.run.pk, cancel_requested_at__isnull=False
         ).exists():
             # The parent asked for a cancel while this child was executing: it takes effect now.
-            _close(_locked(claim.run.pk), S.CANCELLED, now, _cancel_error("cancel requested by the parent run"))
+            _close(locked_run(claim.run.pk), S.CANCELLED, now, _cancel_error("cancel requested by the parent run"))
 
 
 def finish(claim: Claim, now: datetime, status: str, *, result: bytes | None = None,
@@ -263,7 +259,7 @@ def renew(claims: Iterable[Claim], now: datetime) -> None:
 # --- external transitions ----------------------------------------------------------------------------
 
 
-def _locked(run_id: Any) -> Workflow:
+def locked_run(run_id: Any) -> Workflow:
     try:
         return Workflow.objects.select_for_update().get(pk=run_id)
     except Workflow.DoesNotExist:
@@ -284,7 +280,7 @@ def _locked_with_owners(run_id: Any) -> Workflow:
     owners = Workflow.objects.filter(pk=run_id).values_list("schedule_id", "parent_id").first()
     if owners is not None:
         _lock_owners(*owners)
-    return _locked(run_id)
+    return locked_run(run_id)
 
 
 def _cancel_error(reason: str) -> dict:
@@ -310,71 +306,6 @@ def deliver_signal(run: Workflow, name: str, payload: bytes, signal_id: str | No
     Signal.objects.create(run=run, name=name, payload=payload, signal_id=signal_id, sequence=sequence,
                           received_at=now)
     return True
-
-
-def resolve_async(token: TaskToken, now: datetime, *, status: str, result: bytes | None = None,
-                  error: dict | None = None) -> AsyncActivity:
-    """Record an outside system's completion (or failure) of the async activity attempt ``token`` names.
-
-    A token resolves exactly one attempt, once: the attempt's record, or, if the attempt has not parked
-    yet (the outside system answered before ``complete_async()`` committed, or the executor died first),
-    a record kept for the park to find. Tokens of attempts that can no longer be resolved (finished
-    steps, later attempts, runs retried since) are refused.
-    """
-    run_id, seq, attempt, generation = token
-    with transaction.atomic():
-        try:
-            run = _locked(run_id)
-        except WorkflowNotFound:
-            raise InvalidTaskToken("the task token's workflow run no longer exists") from None
-        if run.retries != generation:
-            raise TaskTokenAlreadyUsed(
-                f"the task token belongs to an attempt from before run {run.pk} was retried; it resolves nothing"
-            )
-        record = AsyncActivity.objects.select_for_update().filter(run=run, seq=seq, attempt=attempt).first()
-        if record is None:
-            if run.is_finished:
-                raise TaskTokenAlreadyUsed(f"the task token's run is {run.status}; it takes no completions")
-            _check_attempt_in_flight(run, seq, attempt)
-            # A genuine token whose attempt has not parked yet: keep the answer; the park (or the replay
-            # after a crash) finds it and applies it instead of waiting.
-            record = AsyncActivity(run=run, seq=seq, attempt=attempt, activity="", created_at=now,
-                                   token=make_task_token(run.pk, seq, attempt, generation))
-            record.status, record.result, record.error, record.resolved_at = status, result, error, now
-            record.save(force_insert=True)
-            record_event(run, now, wakes=True)
-            return record
-        if record.status != AsyncStatus.PENDING:
-            raise TaskTokenAlreadyUsed(
-                f"the async activity {record.activity!r} (step {seq}, attempt {attempt}) is already "
-                f"{record.status}; a task token can be used once"
-            )
-        record.status, record.result, record.error, record.resolved_at = status, result, error, now
-        record.save(update_fields=["status", "result", "error", "resolved_at"])
-        record_event(run, now, wakes=True)
-    return record
-
-
-def _check_attempt_in_flight(run: Workflow, seq: int, attempt: int) -> None:
-    """Refuse a token whose attempt has no record unless that attempt may be running right now: the
-    journal's step ``seq`` is not recorded yet (first attempt) or waits out the previous attempt."""
-    step = WorkflowStep.objects.filter(run=run, seq=seq).only("kind", "status", "attempt").first()
-    if run.status not in (S.RUNNING, S.SUSPENDED):
-        # Pending or parked: no attempt body can be running. (A suspended run's executor may still be in
-        # the body it lost the run in; the attempt runs again after resume, with the same token.)
-        in_flight = False
-    elif step is None:
-        in_flight = attempt == 1
-    else:
-        in_flight = (step.kind == StepKind.ACTIVITY and step.status == StepStatus.WAITING
-                     and step.attempt == attempt - 1)
-    if not in_flight:
-        finished = step is not None and step.status in (StepStatus.COMPLETED, StepStatus.FAILED)
-        raise InvalidTaskToken(
-            f"the task token names attempt {attempt} of step {seq} of run {run.pk}, which "
-            + ("has finished without waiting for a completion (not an async activity attempt)" if finished
-               else "is not waiting for a completion")
-        )
 
 
 # Called, inside the closing transaction, when a run started by a schedule closes: django_weft.schedules
@@ -462,7 +393,7 @@ def time_out(run_id: Any, now: datetime) -> bool:
 def suspend(run_id: Any, now: datetime, reason: str = "") -> Workflow:
     """Pause a run: nothing executes it until resume(); an executor holding it loses it."""
     with transaction.atomic():
-        run = _locked(run_id)
+        run = locked_run(run_id)
         _check(run, S.SUSPENDED)
         Workflow.objects.filter(pk=run.pk).update(
             status=S.SUSPENDED, fence=F("fence") + 1, runnable_at=None, lease_owner="",
@@ -475,7 +406,7 @@ def suspend(run_id: Any, now: datetime, reason: str = "") -> Workflow:
 def resume(run_id: Any, now: datetime) -> Workflow:
     """Make a suspended run runnable again; it replays and re-parks on whatever it was waiting for."""
     with transaction.atomic():
-        run = _locked(run_id)
+        run = locked_run(run_id)
         if run.status != S.SUSPENDED:
             raise TransitionNotAllowed(f"run {run.pk} is {run.status}, not suspended; only suspended runs resume")
         # A run suspended before its delayed start began waits for that start again: it goes back to

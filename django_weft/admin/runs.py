@@ -6,9 +6,8 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
-from django.contrib.admin.utils import display_for_value
 from django.core.exceptions import PermissionDenied
-from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
+from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
@@ -26,12 +25,7 @@ from ..models import (
     AsyncActivity,
     AsyncStatus,
     RunStatus,
-    Signal,
-    StepStatus,
-    Timer,
-    TimerPurpose,
     Workflow,
-    WorkflowStep,
 )
 from ..registry import registered_workflow_names
 from ..tokens import read_task_token
@@ -39,161 +33,29 @@ from .common import (
     BoundedPaginator,
     Operation,
     OperationsMixin,
-    ReadOnlyInline,
     ReadOnlyMixin,
     badge,
     pre,
     pretty,
-    preview,
     span,
 )
 from .forms import AsyncCompletionForm, SignalForm
+from .run_inlines import (
+    AsyncActivityInline,
+    SignalInline,
+    TimerInline,
+    WorkflowStepInline,
+    hidden_token,
+    may_complete_async,
+)
 
 if TYPE_CHECKING:
-    from django_stubs_ext import StrOrPromise
+    pass
 
 # Runs counted per status above the changelist; beyond it the count shows as "1000+".
 STATUS_COUNT_CAP = 1000
 # Children listed by name on a run's page.
 MAX_CHILDREN_LISTED = 50
-
-
-class WorkflowStepInline(ReadOnlyInline):
-    model = WorkflowStep
-    verbose_name = _("journal step")
-    verbose_name_plural = _("journal (timeline)")
-    fields = ("seq", "kind", "name", "status_badge", "attempt", "started_at", "duration", "result_preview",
-              "error_message")
-    readonly_fields = fields
-    ordering = ("seq",)
-
-    @admin.display(description=_("status"))
-    def status_badge(self, step: WorkflowStep) -> str:
-        return badge(step.status, step.get_status_display())
-
-    @admin.display(description=_("duration"))
-    def duration(self, step: WorkflowStep) -> str:
-        return span(step.started_at, step.finished_at)
-
-    @admin.display(description=_("result"))
-    def result_preview(self, step: WorkflowStep) -> str:
-        return preview(step.result)
-
-    @admin.display(description=_("error"))
-    def error_message(self, step: WorkflowStep) -> str:
-        return f"{step.error.get('type')}: {step.error.get('message')}" if step.error else "—"
-
-
-# Why a timer of each purpose is cleared without firing.
-CLEARED_BECAUSE: dict[str, StrOrPromise] = {
-    TimerPurpose.WAIT_TIMEOUT: _("the signal arrived first"),
-    TimerPurpose.ACTIVITY_TIMEOUT: _("the activity was completed or failed first"),
-}
-
-
-class TimerInline(ReadOnlyInline):
-    """A run's timers. The engine stamps ``fired_at`` both when a timer fires and when what it guarded came
-    first (the signal arrived, the async activity was resolved), so the outcome column tells the two apart."""
-
-    model = Timer
-    fields = ("seq", "purpose", "fire_at", "outcome")
-    readonly_fields = fields
-
-    def get_queryset(self, request: HttpRequest) -> QuerySet:
-        step = WorkflowStep.objects.filter(run_id=OuterRef("run_id"), seq=OuterRef("seq"))
-        # Still in the one query of the inline: what the timer's step became, and whether its async attempt
-        # timed out.
-        return super().get_queryset(request).annotate(
-            weft_step_status=Subquery(step.values("status")[:1]),
-            weft_step_started_at=Subquery(step.values("started_at")[:1]),
-            weft_async_timed_out=Exists(AsyncActivity.objects.filter(
-                run_id=OuterRef("run_id"), seq=OuterRef("seq"), status=AsyncStatus.TIMED_OUT)),
-        )
-
-    @staticmethod
-    def cleared(timer: Timer) -> bool:
-        """Whether a stamped timer was cleared (what it guarded came first) rather than fired."""
-        assert timer.fired_at is not None
-        if timer.fired_at < timer.fire_at:  # nothing fires before it is due
-            return True
-        if timer.purpose == TimerPurpose.WAIT_TIMEOUT:
-            # A late signal still wins if it is there when the run wakes: the wait completed instead of
-            # failing. (A wait started after this timer's time is a retried run's new wait, not this one's.)
-            started = getattr(timer, "weft_step_started_at", None)
-            return (getattr(timer, "weft_step_status", None) == StepStatus.COMPLETED and started is not None
-                    and started < timer.fire_at)
-        if timer.purpose == TimerPurpose.ACTIVITY_TIMEOUT:
-            return not getattr(timer, "weft_async_timed_out", False)
-        return False
-
-    @admin.display(description=_("outcome"))
-    def outcome(self, timer: Timer) -> str:
-        if timer.fired_at is None:
-            return _t("pending")
-        moment = display_for_value(timer.fired_at, "—")
-        if not self.cleared(timer):
-            return _t("fired at %(moment)s") % {"moment": moment}
-        why = CLEARED_BECAUSE.get(timer.purpose)
-        if why is None:
-            return _t("cleared at %(moment)s") % {"moment": moment}
-        return _t("cleared at %(moment)s: %(why)s") % {"moment": moment, "why": why}
-
-
-class SignalInline(ReadOnlyInline):
-    model = Signal
-    fields = ("sequence", "name", "signal_id", "payload_preview", "received_at", "consumed_at", "consumed_by_seq")
-    readonly_fields = fields
-    ordering = ("sequence",)
-
-    @admin.display(description=_("payload"))
-    def payload_preview(self, signal: Signal) -> str:
-        return preview(signal.payload)
-
-
-# A task token is a bearer credential: POSTed to the completion webhook it completes (or fails) its
-# activity. So the admin shows tokens only to users who may complete async activities in the admin
-# anyway, with the permission the "complete or fail an async activity" form requires.
-COMPLETE_ASYNC_PERMISSION = "signal_workflow"
-
-
-def may_complete_async(request: HttpRequest) -> bool:
-    return request.user.has_perm(f"{Workflow._meta.app_label}.{COMPLETE_ASYNC_PERMISSION}")
-
-
-def hidden_token() -> str:
-    """What users without the permission see instead of a task token."""
-    perm = f"{Workflow._meta.app_label}.{COMPLETE_ASYNC_PERMISSION}"
-    return format_html("<span class='weft-token-hidden' title='{}'>{}</span>",
-                       _t("Task tokens complete async activities; they are shown only to users who may do so."),
-                       _t("hidden — needs the %(permission)s permission") % {"permission": perm})
-
-
-class AsyncActivityInline(ReadOnlyInline):
-    model = AsyncActivity
-    fields = ("seq", "attempt", "activity", "status", "token_copy", "created_at", "resolved_at")
-    readonly_fields = (*fields, "token_hidden")
-
-    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
-        if may_complete_async(request):
-            return self.fields
-        return tuple("token_hidden" if name == "token_copy" else name for name in self.fields)
-
-    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
-        return self.get_fields(request, obj)
-
-    def get_queryset(self, request: HttpRequest) -> QuerySet:
-        qs = super().get_queryset(request)
-        return qs if may_complete_async(request) else qs.defer("token")
-
-    @admin.display(description=_("task token"))
-    def token_copy(self, record: AsyncActivity) -> str:
-        # A read-only input: select-all and copy, without the token wrapping mid-way.
-        return format_html("<input type='text' readonly value='{}' size='40' onclick='this.select()' "
-                           "class='weft-token' aria-label='task token'>", record.token)
-
-    @admin.display(description=_("task token"))
-    def token_hidden(self, record: AsyncActivity) -> str:
-        return hidden_token()
 
 
 class WorkflowTypeFilter(admin.SimpleListFilter):
