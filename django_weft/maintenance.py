@@ -44,6 +44,14 @@ class MaintenanceReport:
     purged: int = 0
     dispatched: int = 0  # django_weft.drive tasks sent (WEFT_EXECUTOR = "celery")
 
+    def add(self, other: MaintenanceReport) -> None:
+        """Add ``other``'s counts to this report's."""
+        for name, value in other.__dict__.items():
+            if name == "outcomes":
+                self.outcomes.update(value)
+            else:
+                setattr(self, name, getattr(self, name) + value)
+
     def count_claims(self, claims: list[transitions.Claim]) -> None:
         self.claimed += len(claims)
         for held in claims:

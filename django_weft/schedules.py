@@ -52,6 +52,7 @@ from .schedule_tick import (  # noqa: F401
     purge_history,
     set_next,
 )
+from .starts import check_id
 from .storable import check_text
 
 # Occurrences one backfill() call may start.
@@ -181,9 +182,7 @@ def create_schedule(
 
 
 def _check_schedule_id(schedule_id: Any) -> None:
-    if not isinstance(schedule_id, str) or not schedule_id or len(schedule_id) > 200:
-        raise InvalidArgument(f"schedule_id must be a non-empty string of at most 200 characters, got {schedule_id!r}")
-    check_text(schedule_id, "schedule_id")
+    check_id(schedule_id, "schedule_id", max_length=200)
 
 
 def get_schedule(schedule_id: str) -> Schedule:

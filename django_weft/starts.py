@@ -25,10 +25,10 @@ MAX_SEARCH_ATTRIBUTES_BYTES = 16 * 1024
 MAX_REASON_LENGTH = 2000
 
 
-def check_id(value: Any, what: str) -> None:
-    if not isinstance(value, str) or not value or len(value) > MAX_ID_LENGTH:
+def check_id(value: Any, what: str, *, max_length: int = MAX_ID_LENGTH) -> None:
+    if not isinstance(value, str) or not value or len(value) > max_length:
         shown = repr(value) if not isinstance(value, str) or len(value) <= 80 else f"{len(value)} characters"
-        raise InvalidArgument(f"{what} must be a non-empty string of at most {MAX_ID_LENGTH} characters, "
+        raise InvalidArgument(f"{what} must be a non-empty string of at most {max_length} characters, "
                               f"got {shown}")
     check_text(value, what)
 

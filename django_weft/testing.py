@@ -69,14 +69,6 @@ def _duration(value: timedelta | float, what: str) -> timedelta:
     return step
 
 
-def _merge(total: MaintenanceReport, report: MaintenanceReport) -> None:
-    for name, value in report.__dict__.items():
-        if name == "outcomes":
-            total.outcomes.update(value)
-        else:
-            setattr(total, name, getattr(total, name) + value)
-
-
 def _moment(value: datetime) -> str:
     return value.isoformat(timespec="seconds") if value.microsecond == 0 else value.isoformat()
 
@@ -131,7 +123,7 @@ class WeftTestEnv:
             report = run_maintenance()
             if not (report.claimed or report.timed_out or report.purged or report.schedules_fired):
                 return total
-            _merge(total, report)
+            total.add(report)
         raise NotIdle(f"runs still runnable after {max_passes} passes at {_moment(clock.now())}: a workflow may "
                       f"loop forever\n{self._describe_pending()}")
 
@@ -156,9 +148,9 @@ class WeftTestEnv:
                     f"max_steps\n{self._describe_pending()}"
                 )
             clock.set_frozen(moment)
-            _merge(total, self.drive())
+            total.add(self.drive())
         clock.set_frozen(target)
-        _merge(total, self.drive())
+        total.add(self.drive())
         return total
 
     def advance_until_idle(self, limit: int = DEFAULT_IDLE_LIMIT, *,
@@ -185,7 +177,7 @@ class WeftTestEnv:
                               f"(until {_moment(horizon)})\n{self._describe_pending()}")
             if steps == limit:
                 break
-            _merge(total, self.advance(moment - clock.now()))
+            total.add(self.advance(moment - clock.now()))
         raise NotIdle(f"advance_until_idle() skipped to the next timer {limit} times and runs still have timers "
                       f"pending at {_moment(clock.now())} (a workflow that never ends?)\n{self._describe_pending()}")
 

@@ -411,14 +411,13 @@ def resume(run_id: Any, now: datetime) -> Workflow:
             raise TransitionNotAllowed(f"run {run.pk} is {run.status}, not suspended; only suspended runs resume")
         # A run suspended before its delayed start began waits for that start again: it goes back to
         # pending at the start time, not runnable at once.
-        delayed = Timer.objects.filter(run=run, purpose="delayed_start", fired_at__isnull=True).values_list(
-            "fire_at", flat=True).first()
-        if run.started_at is None and delayed is not None and delayed > now:
-            status, wake_at = S.PENDING, delayed
+        delayed = Timer.objects.filter(run=run, purpose="delayed_start", fired_at__isnull=True).only("fire_at").first()
+        if run.started_at is None and delayed is not None and delayed.fire_at > now:
+            status, wake_at = S.PENDING, delayed.fire_at
         else:
             status, wake_at = S.RUNNING, now
             if delayed is not None:  # its start time passed while it was suspended
-                Timer.objects.filter(run=run, purpose="delayed_start", fired_at__isnull=True).update(fired_at=now)
+                Timer.objects.filter(pk=delayed.pk).update(fired_at=now)
         Workflow.objects.filter(pk=run.pk).update(
             status=status, runnable_at=wake_at, wait_reason="", updated_at=now,
         )

@@ -53,6 +53,13 @@ def error_dict(exc: BaseException, **extra: Any) -> dict[str, Any]:
     }
 
 
+def refused_by_database(exc: BaseException, what: str, **extra: Any) -> dict[str, Any]:
+    """The error a run fails with when the database refuses to store ``what`` for a reason no retry fixes."""
+    error = error_dict(exc, **extra)
+    error["message"] = f"the database refused to store {what}: {error['message']}"
+    return error
+
+
 def is_transient(exc: BaseException) -> bool:
     """A database error that trying again can fix (a lost connection, a lock or statement timeout, a
     deadlock, a serialisation failure), as opposed to one it cannot (data the database refuses, a broken

@@ -14,7 +14,7 @@ from ..exceptions import FencingError, WorkflowNotRegistered
 from ..models import StepKind, StepStatus, Timer, WorkflowStep
 from ..registry import get_workflow
 from .context import Context
-from .errors import StopExecution, Suspend, error_dict, is_transient
+from .errors import StopExecution, Suspend, error_dict, is_transient, refused_by_database
 
 logger = logging.getLogger("django_weft.executor")
 
@@ -98,10 +98,9 @@ def _finish(claim: transitions.Claim, status: str, *, result: bytes | None = Non
         # with the database's reason, which always fits, instead of retrying the same refusal forever.
         logger.error("run %s: the database refused to store its %s outcome (%s: %s); the run fails",
                      claim.run.pk, status, type(exc).__name__, exc)
-        refusal = error_dict(exc)
-        refusal["message"] = f"the database refused to store the run's {status} outcome: {refusal['message']}"
         try:
-            transitions.finish(claim, clock.now(), transitions.S.FAILED, error=refusal)
+            transitions.finish(claim, clock.now(), transitions.S.FAILED,
+                               error=refused_by_database(exc, f"the run's {status} outcome"))
         except FencingError:
             return LOST
         return FAILED

@@ -16,7 +16,7 @@ from ... import clock, journal, transitions
 from ...activities import ActivityInfo
 from ...exceptions import FencingError, NonDeterminismError
 from ...models import Timer, WorkflowStep
-from ..errors import StopExecution, Suspend, error_dict, is_transient
+from ..errors import StopExecution, Suspend, is_transient, refused_by_database
 
 logger = logging.getLogger("django_weft.executor")
 
@@ -99,9 +99,7 @@ class ReplayCore:
         # the run fails once, with the database's reason, instead of looping on its lease.
         logger.error("run %s: the database refused to store step %s (%s: %s); the run fails",
                      self.run_id, self._seq, type(exc).__name__, exc)
-        error = error_dict(exc, step=self._seq)
-        error["message"] = f"the database refused to store step {self._seq}: {error['message']}"
-        return StopExecution(release=False, fail_with=error)
+        return StopExecution(release=False, fail_with=refused_by_database(exc, f"step {self._seq}", step=self._seq))
 
     def _park(self, *, wake_at: datetime | None, reason: str, writes: Sequence[journal.JournalWrite] = (),
               awaiting_signals: Sequence[str] = ()) -> NoReturn:
