@@ -4,6 +4,7 @@ activities that an outside system completes with a signed task token."""
 from __future__ import annotations
 
 import contextvars
+import inspect
 import math
 import threading
 import uuid
@@ -11,12 +12,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from functools import cached_property
-from typing import Any, NoReturn, TypeVar, overload
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, overload
 
 from .durations import to_seconds
 from .exceptions import InvalidArgument, WeftError
 from .storable import check_text, unstorable_reason
 from .tokens import make_task_token, parse_task_token
+
+if TYPE_CHECKING:
+    from .heartbeats import AttemptControl
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -85,6 +89,7 @@ class ActivityDefinition:
     retry: RetryPolicy
     timeout: float | None
     schedule_to_close_timeout: float | None = None
+    heartbeat_timeout: float | None = None
 
 
 @overload
@@ -92,7 +97,7 @@ def activity(fn: F, /) -> F: ...
 @overload
 def activity(
     *, name: str | None = None, retry: RetryPolicy | None = None, timeout: float | timedelta | None = None,
-    schedule_to_close_timeout: float | timedelta | None = None,
+    schedule_to_close_timeout: float | timedelta | None = None, heartbeat_timeout: float | timedelta | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -104,6 +109,7 @@ def activity(
     retry: RetryPolicy | None = None,
     timeout: float | timedelta | None = None,
     schedule_to_close_timeout: float | timedelta | None = None,
+    heartbeat_timeout: float | timedelta | None = None,
 ) -> Any:
     """Mark a function as an activity: ``@weft.activity`` or ``@weft.activity(retry=..., timeout=30)``.
 
@@ -111,10 +117,14 @@ def activity(
     caps each attempt: the workflow stops waiting and fails the attempt (the function itself cannot be
     interrupted and runs on in the background). ``schedule_to_close_timeout`` caps the whole activity,
     retries and backoffs included, and an async activity's wait for its completion (a durable timer).
+    ``heartbeat_timeout``: an attempt that has not called ``weft.heartbeat()`` for this long fails with
+    ActivityTimeout and is retried by its policy. ``async def`` functions work as activities too.
     """
     timeout_seconds = None if timeout is None else to_seconds(timeout, "activity timeout", allow_zero=False)
     close_seconds = (None if schedule_to_close_timeout is None
                      else to_seconds(schedule_to_close_timeout, "schedule_to_close_timeout", allow_zero=False))
+    heartbeat_seconds = (None if heartbeat_timeout is None
+                         else to_seconds(heartbeat_timeout, "heartbeat_timeout", allow_zero=False))
 
     if name is not None and (not isinstance(name, str) or not name or len(name) > 255 or unstorable_reason(name)):
         raise InvalidArgument(f"activity name {name!r} must be a non-empty string of at most 255 characters "
@@ -127,6 +137,7 @@ def activity(
             retry=retry or DEFAULT_RETRY_POLICY,
             timeout=timeout_seconds,
             schedule_to_close_timeout=close_seconds,
+            heartbeat_timeout=heartbeat_seconds,
         )
         return func
 
@@ -180,6 +191,11 @@ def body_of(definition: ActivityDefinition) -> Callable[..., Any]:
     return stack[-1] if stack else definition.fn
 
 
+def is_coroutine_body(body: Callable[..., Any]) -> bool:
+    """An ``async def`` body (a test's replacement is looked through)."""
+    return inspect.iscoroutinefunction(body.body if isinstance(body, _Replacement) else body)
+
+
 def definition_of(fn: Callable[..., Any]) -> ActivityDefinition:
     """The activity definition of ``fn``; plain functions get the default policy."""
     definition = getattr(fn, "__weft_activity__", None)
@@ -210,6 +226,21 @@ class ActivityInfo:
     # How often an operator retried the run: part of the token, so pre-retry tokens resolve nothing.
     generation: int = 0
     token_handed_out: bool = field(default=False, init=False, repr=False, compare=False)
+    # The engine's side of this attempt (cancellation, heartbeats); set by the executor.
+    control: AttemptControl | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def idempotency_key(self) -> str:
+        """``{run_id}:{seq}``: the same for every attempt and replay of this step, so an idempotent API
+        (a payment provider) sees a repeated attempt as the same request."""
+        return f"{self.run_id}:{self.seq}"
+
+    @cached_property
+    def heartbeat_details(self) -> Any:
+        """What the step's last ``weft.heartbeat(details)`` stored (an earlier attempt's progress), or None."""
+        from .heartbeats import recorded_details
+
+        return recorded_details(self.run_id, self.seq)
 
     @cached_property
     def task_token(self) -> str:
@@ -226,6 +257,21 @@ class ActivityInfo:
 current_activity: contextvars.ContextVar[ActivityInfo | None] = contextvars.ContextVar(
     "weft_activity", default=None
 )
+
+
+def heartbeat(details: Any = None) -> None:
+    """Report that the running activity attempt is alive, optionally with progress ``details``.
+
+    Keeps the run's lease (a beating activity is never taken over), stores ``details`` for the step's
+    next attempt (``activity_info().heartbeat_details``), and raises :class:`ActivityCancelled` when the
+    attempt should stop: its run was cancelled, terminated, timed out or taken away, the attempt passed
+    its timeout, or its branch lost a ``ctx.race``. Call it often in long activities.
+    """
+    info = current_activity.get()
+    if info is None:
+        raise WeftError("weft.heartbeat() is only available inside an activity run by ctx.run or ctx.start_activity")
+    if info.control is not None:
+        info.control.beat(details)
 
 
 def activity_info() -> ActivityInfo:

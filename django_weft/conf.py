@@ -57,6 +57,9 @@ DEFAULTS: dict[str, Any] = {
     # Celery: at most this many batch tasks per maintenance pass for runs that are due but were never
     # delivered (lost messages, crashed workers, long timers); each one claims WEFT_CLAIM_BATCH_SIZE runs.
     "CELERY_DISPATCH_LIMIT": 100,
+    # Activity attempts of one run that execute at once (ctx.start_activity, ctx.gather, ctx.map); more wait
+    # for a free slot.
+    "MAX_PARALLEL_ACTIVITIES": 8,
 }
 
 EXECUTORS = ("loop", "celery")

@@ -76,7 +76,18 @@ class ActivityError(WeftError):
 
 
 class ActivityTimeout(WeftError, TimeoutError):
-    """An activity attempt ran longer than its per-attempt ``timeout``."""
+    """An activity attempt ran longer than its per-attempt ``timeout``, or was silent for longer than its
+    ``heartbeat_timeout``."""
+
+
+class ActivityCancelled(WeftError):
+    """Raised by ``weft.heartbeat()`` inside an activity that should stop: its run was cancelled, terminated,
+    timed out or taken away, the attempt passed its timeout, or its branch lost a ``ctx.race``. Whatever the
+    attempt returns after this is discarded."""
+
+
+class BranchCancelled(WeftError):
+    """A branch lost a ``ctx.race`` and was cancelled; ``pending.result()`` of it raises this."""
 
 
 class WorkflowResultError(WeftError):

@@ -63,8 +63,18 @@ class ResolveAsync:
     error: dict | None = None
 
 
+@dataclass
+class CancelChild:
+    """A child whose branch lost its parent's race: closed by its parent_close_policy in the same commit."""
+
+    run_id: Any
+    at: datetime
+    reason: str
+    policy: str
+
+
 JournalWrite = (InsertStep | UpdateStep | InsertTimer | FireTimer | ConsumeSignal | InsertChild | InsertAsync
-                | ResolveAsync)
+                | ResolveAsync | CancelChild)
 
 
 def apply(writes: Iterable[JournalWrite]) -> None:
@@ -87,6 +97,10 @@ def apply(writes: Iterable[JournalWrite]) -> None:
             from .transitions import insert_run
 
             insert_run(write.run, delayed_until=None)
+        elif isinstance(write, CancelChild):
+            from .transitions import cancel_child
+
+            cancel_child(write.run_id, write.at, write.reason, write.policy)
         elif isinstance(write, InsertAsync):
             record = write.record
             # The outside system may have answered before the park (see resolutions.resolve_async).
@@ -94,7 +108,7 @@ def apply(writes: Iterable[JournalWrite]) -> None:
             if not early.update(activity=record.activity):
                 record.save(force_insert=True)
                 _announce_async(record)
-        else:
+        elif isinstance(write, ResolveAsync):
             AsyncActivity.objects.filter(pk=write.record_pk).update(
                 status=write.status, resolved_at=write.at, error=write.error
             )

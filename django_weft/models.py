@@ -43,6 +43,7 @@ class StepKind(models.TextChoices):
     SIGNAL = "signal", _("Signal wait")
     CHILD = "child", _("Child start")
     CHILD_RESULT = "child_result", _("Child result")
+    RACE = "race", _("Race winner")
 
 
 class StepStatus(models.TextChoices):
@@ -50,6 +51,8 @@ class StepStatus(models.TextChoices):
     WAITING = "waiting", _("Waiting")
     COMPLETED = "completed", _("Completed")
     FAILED = "failed", _("Failed")
+    # A branch that lost a ctx.race: nothing it produced is used.
+    CANCELLED = "cancelled", _("Cancelled")
 
 
 class TimerPurpose(models.TextChoices):
@@ -498,3 +501,22 @@ class Executor(models.Model):
 
     def __str__(self) -> str:
         return f"{self.get_kind_display()} on {self.host} pid {self.pid}"
+
+
+class ActivityHeartbeat(models.Model):
+    """The last ``weft.heartbeat(details)`` of a run's activity step, handed to the step's next attempt as
+    ``activity_info().heartbeat_details`` (also after the process that beat died)."""
+
+    id = models.BigAutoField(primary_key=True)
+    run = models.ForeignKey(Workflow, on_delete=models.CASCADE, related_name="heartbeats")
+    seq = models.PositiveIntegerField()
+    attempt = models.PositiveIntegerField()
+    details = models.BinaryField(null=True, blank=True)
+    beat_at = models.DateTimeField()
+
+    class Meta:
+        verbose_name = _("activity heartbeat")
+        constraints = [models.UniqueConstraint(fields=["run", "seq"], name="weft_heartbeat_unique_seq")]
+
+    def __str__(self) -> str:
+        return f"step {self.seq} attempt {self.attempt} at {self.beat_at:%Y-%m-%d %H:%M:%S}"

@@ -340,6 +340,17 @@ def _after_close(run: Workflow, now: datetime) -> None:
             hook(run, now)
 
 
+def cancel_child(run_id: Any, now: datetime, reason: str, policy: str) -> None:
+    """Inside the parent's fenced commit (the parent row is locked): close a child by ``policy``."""
+    child = Workflow.objects.select_for_update().filter(pk=run_id).first()
+    if child is None or child.is_finished:
+        return
+    if policy == ParentClosePolicy.TERMINATE:
+        _close(child, S.CANCELLED, now, _cancel_error(f"terminated: {reason}"))
+    else:
+        _request_cancel(child, now, reason)
+
+
 def _request_cancel(run: Workflow, now: datetime, reason: str) -> None:
     """Cancel ``run`` (locked) unless an executor is in the middle of it; then it is cancelled when it
     next parks or is claimed, after the steps it is running commit."""

@@ -10,14 +10,16 @@ commits the run as parked and raises :class:`Suspend`.
 from __future__ import annotations
 
 from .replay.activities import ActivityOps
+from .replay.branches import Branches
 from .replay.children import ChildHandle, Children
+from .replay.pending import Pending
 from .replay.signals import Signals
 from .replay.timers import Timers
 from .replay.values import RecordedValues
 
-__all__ = ["ChildHandle", "Context"]
+__all__ = ["ChildHandle", "Context", "Pending"]
 
 
-class Context(ActivityOps, Timers, Signals, Children, RecordedValues):
+class Context(ActivityOps, Branches, Timers, Signals, Children, RecordedValues):
     """What a workflow function receives as ``ctx``: every operation family of runtime.replay, over one
     core (runtime.replay.core.ReplayCore) that assigns journal positions and writes."""

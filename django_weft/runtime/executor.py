@@ -77,6 +77,8 @@ def execute(claim: transitions.Claim, should_stop: Callable[[], bool] = lambda: 
         error = error_dict(exc)  # never raises, even for an exception whose __str__ does
         logger.error("run %s of %s failed: %s: %s", run.pk, run.workflow_type, error["type"], error["message"])
         return _finish(claim, transitions.S.FAILED, error=error)
+    finally:
+        ctx.close_branches()
     return _finish(claim, transitions.S.COMPLETED, result=result)
 
 

@@ -294,4 +294,11 @@ def async_early(ctx: weft.Context, key: str) -> object:
     return ctx.run(answered_at_once, key)
 
 
-from . import hardening_workflows, schedule_workflows, soak_workflows, zombie_workflows  # noqa: E402,F401
+from . import (  # noqa: E402,F401
+    branch_process_workflows,
+    branch_workflows,
+    hardening_workflows,
+    schedule_workflows,
+    soak_workflows,
+    zombie_workflows,
+)

@@ -4,6 +4,7 @@ timeout), returning the recorded result on replay.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextvars
 import threading
 import time
@@ -13,24 +14,28 @@ from typing import Any, ParamSpec, TypeVar
 from django.db import connections
 
 from ... import clock, journal
-from ...activities import ActivityDefinition, ActivityInfo, CompleteAsync, body_of, current_activity, definition_of
+from ...activities import (
+    ActivityDefinition,
+    ActivityInfo,
+    CompleteAsync,
+    body_of,
+    current_activity,
+    definition_of,
+    is_coroutine_body,
+)
 from ...codec import decode, encode
 from ...exceptions import ActivityTimeout, PayloadError
+from ...heartbeats import AttemptControl
 from ...models import StepKind, StepStatus, TimerPurpose
-from ..errors import error_dict
-from .async_activities import AsyncActivityOps
+from ..attempt_pool import AttemptJob, in_callers_transaction
+from ..errors import StopExecution, error_dict
+from .branches import POLL_SECONDS, Branches
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
 
-def _in_callers_transaction() -> bool:
-    """True when the run executes inside a transaction someone else opened (the executor opens none
-    around user code): what an activity writes or reads then belongs to that transaction."""
-    return any(conn.in_atomic_block for conn in connections.all(initialized_only=True))
-
-
-class ActivityOps(AsyncActivityOps):
+class ActivityOps(Branches):
     """The replay context's activities (mixed into runtime.context.Context)."""
 
     def run(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
@@ -87,19 +92,53 @@ class ActivityOps(AsyncActivityOps):
         return value
 
     def _invoke(self, definition: ActivityDefinition, seq: int, attempt: int, args: tuple, kwargs: dict) -> Any:
+        control = AttemptControl(self._claim, self.run_id, seq, attempt, timeout=definition.timeout,
+                                 heartbeat_timeout=definition.heartbeat_timeout)
         info = ActivityInfo(workflow_id=self.workflow_id, run_id=self.run_id, seq=seq, attempt=attempt,
-                            activity=definition.name, generation=self._claim.run.retries)
+                            activity=definition.name, generation=self._claim.run.retries, control=control)
         self._last_info = info
-        token = current_activity.set(info)
         body = body_of(definition)  # the activity's function, or a test's replacement of it
+        if definition.heartbeat_timeout is not None or is_coroutine_body(body):
+            return self._invoke_in_pool(definition, info, body, args, kwargs)
+        token = current_activity.set(info)
         try:
             if definition.timeout is None:
                 return body(*args, **kwargs)
-            if _in_callers_transaction():
+            if in_callers_transaction():
                 return self._invoke_inline_with_timeout(definition, body, attempt, args, kwargs)
             return self._invoke_with_timeout(definition, body, attempt, args, kwargs)
         finally:
             current_activity.reset(token)
+            control.flush()
+
+    def _invoke_in_pool(self, definition: ActivityDefinition, info: ActivityInfo, body: Callable[..., Any],
+                        args: tuple, kwargs: dict) -> Any:
+        """An ``async def`` activity (on the run's event loop) or one with a heartbeat_timeout (watched
+        from this thread while it runs on a thread of its own)."""
+        control = info.control
+        assert control is not None
+        future = self._attempt_pool().submit(AttemptJob(info, body, args, kwargs, timeout=definition.timeout))
+        while not future.done():
+            concurrent.futures.wait([future], timeout=POLL_SECONDS)
+            now = time.monotonic()
+            if future.done():
+                break
+            if control.past_deadline(now):
+                control.cancel("the attempt passed its timeout")
+                raise self._timed_out(definition, info.attempt)
+            if control.silent_too_long(now):
+                control.cancel("the attempt stopped sending heartbeats")
+                raise ActivityTimeout(f"activity {definition.name!r} attempt {info.attempt} sent no heartbeat for "
+                                      f"longer than its {definition.heartbeat_timeout:g}s heartbeat_timeout")
+            if self._claim.lost:
+                control.cancel("the run was taken away from this executor")
+                raise StopExecution(release=False)
+        outcome = future.result()
+        if outcome.completes_async:
+            raise CompleteAsync()
+        if outcome.error is not None:
+            raise outcome.error
+        return outcome.value
 
     @staticmethod
     def _timed_out(definition: ActivityDefinition, attempt: int) -> ActivityTimeout:

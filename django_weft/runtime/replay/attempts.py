@@ -27,13 +27,8 @@ class AttemptOps(ReplayCore):
                         attempt: int, started: datetime, error: dict, *, retryable: bool,
                         cause: BaseException | None = None) -> Any:
         now = clock.now()
-        wake_at = now + timedelta(seconds=definition.retry.backoff(attempt))
-        deadline = self._close_deadline(definition, started)
-        if retryable and deadline is not None and wake_at >= deadline:
-            retryable = False
-            error = {**error, "message": f"{error.get('message')} (no retry: schedule_to_close_timeout of "
-                                         f"{definition.schedule_to_close_timeout:g}s would pass first)"}
-        if not retryable:
+        wake_at, error = self._retry_at(definition, attempt, started, error, retryable, now)
+        if wake_at is None:
             self._log_attempt_failed(definition, attempt, error, "giving up: ActivityError is raised in the workflow")
             failed = self._step(seq, StepKind.ACTIVITY, definition.name, StepStatus.FAILED, attempt=attempt,
                                 error=error, started=started, finished=now)
@@ -46,6 +41,18 @@ class AttemptOps(ReplayCore):
         self._park(wake_at=wake_at, writes=[self._record(waiting, step), journal.InsertTimer(timer)],
                    reason=f"retrying {definition.name} (attempt {attempt + 1}) at {wake_at.isoformat()}")
         raise AssertionError("unreachable")  # _park always raises
+
+    def _retry_at(self, definition: ActivityDefinition, attempt: int, started: datetime, error: dict,
+                  retryable: bool, now: datetime) -> tuple[datetime | None, dict]:
+        """When the next attempt starts (None: no retry), and the error to record for this one."""
+        if not retryable:
+            return None, error
+        wake_at = now + timedelta(seconds=definition.retry.backoff(attempt))
+        deadline = self._close_deadline(definition, started)
+        if deadline is not None and wake_at >= deadline:
+            return None, {**error, "message": f"{error.get('message')} (no retry: schedule_to_close_timeout of "
+                                              f"{definition.schedule_to_close_timeout:g}s would pass first)"}
+        return wake_at, error
 
     def _log_attempt_failed(self, definition: ActivityDefinition, attempt: int, error: dict, then: str) -> None:
         """One WARNING per failed attempt (a Celery user expects to see retries in the worker's output)."""

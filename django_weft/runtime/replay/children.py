@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from ... import clock, journal
@@ -16,14 +16,88 @@ from ...models import ParentClosePolicy, RunStatus, StepKind, StepStatus, Workfl
 from ...registry import get_workflow
 from ...starts import prepare_run
 from .core import ReplayCore
+from .pending import Pending
 
 
-@dataclass(frozen=True)
-class ChildHandle:
-    """A child run started by ``ctx.start_child``; pass it to ``ctx.wait_child``."""
+class ChildHandle(Pending[Any]):
+    """A child run started by ``ctx.start_child``: a branch that settles when the child finishes.
 
-    workflow_id: str
-    run_id: uuid.UUID
+    ``result()`` (or ``ctx.wait_child(handle)``) waits for it and returns its result or raises
+    :class:`ChildWorkflowFailed`; ``ctx.gather`` and ``ctx.race`` take it like any branch. Waiting takes the
+    journal position of the child's result when it first happens.
+    """
+
+    def __init__(self, ctx: Any, workflow_id: str, run_id: uuid.UUID, parent_close_policy: str) -> None:
+        super().__init__(ctx, 0, StepKind.CHILD_RESULT, workflow_id, None)
+        self.workflow_id = workflow_id
+        self.run_id = run_id
+        self._policy = parent_close_policy
+        self._positioned = False
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ChildHandle) and (other.workflow_id, other.run_id) == (self.workflow_id, self.run_id)
+
+    def __hash__(self) -> int:
+        return hash((self.workflow_id, self.run_id))
+
+    def take_position(self) -> None:
+        if self._positioned:
+            return
+        self._positioned = True
+        ctx = self._ctx
+        self.seq, step = ctx._next(StepKind.CHILD_RESULT, self.workflow_id)
+        self._row = step
+        if step is None:
+            ctx._before_new_work(side_effects=False)
+            self._started = clock.now()
+            ctx._started(self)
+            return
+        self._started = step.started_at
+        if step.status == StepStatus.COMPLETED:
+            self._settle(value=decode(step.result))
+        elif step.status == StepStatus.FAILED:
+            self._settle(error=_child_failed(self, step.error or {}))
+        elif not self._settle_from_row(step):
+            ctx._started(self)
+
+    def result(self) -> Any:
+        self.take_position()
+        return super().result()
+
+    def poll(self, now: datetime) -> None:
+        if self._settled or not self._positioned:
+            return
+        run = Workflow.objects.filter(pk=self.run_id).only("status", "result", "error").first()
+        if run is None or not run.is_finished:
+            return
+        if run.status == RunStatus.COMPLETED:
+            self._write_row(StepStatus.COMPLETED, result=run.result)
+            self._settle(value=decode(run.result))
+            return
+        error = {**(run.error or {}), "status": run.status}
+        self._write_row(StepStatus.FAILED, error=error)
+        self._settle(error=_child_failed(self, error))
+
+    def park_writes(self) -> list[journal.JournalWrite]:
+        if self._row is None and not self._settled:
+            self._write_row(StepStatus.WAITING, finished=False)
+        return []
+
+    def reason(self) -> str:
+        return f"waiting for child {self.workflow_id}"
+
+    def cancel(self, reason: str) -> None:
+        if self._policy != ParentClosePolicy.ABANDON:
+            self._ctx._defer(journal.CancelChild(self.run_id, clock.now(), reason, self._policy))
+        super().cancel(reason)
+
+
+def _child_failed(child: ChildHandle, error: dict) -> ChildWorkflowFailed:
+    status = error.get("status", "failed")
+    return ChildWorkflowFailed(
+        f"child workflow {child.workflow_id!r} {status}: {error.get('type')}: {error.get('message')}",
+        workflow_id=child.workflow_id, run_id=child.run_id, status=status, error=error,
+    )
 
 
 class Children(ReplayCore):
@@ -44,7 +118,7 @@ class Children(ReplayCore):
         self._claim.has_dependents = True
         if step is not None:
             child_workflow_id, child_run_id = decode(step.result)
-            return ChildHandle(child_workflow_id, uuid.UUID(child_run_id))
+            return ChildHandle(self, child_workflow_id, uuid.UUID(child_run_id), parent_close_policy)
         if parent_close_policy not in ParentClosePolicy.values:
             raise InvalidArgument(f"parent_close_policy must be one of {ParentClosePolicy.values}, "
                                   f"got {parent_close_policy!r}")
@@ -59,44 +133,17 @@ class Children(ReplayCore):
         record = self._step(seq, StepKind.CHILD, definition.name, StepStatus.COMPLETED,
                             result=encode([child.workflow_id, str(child.run_id)]), started=now, finished=now)
         self._commit([journal.InsertChild(child), self._record(record, None)])
-        return ChildHandle(child.workflow_id, child.run_id)
+        return ChildHandle(self, child.workflow_id, child.run_id, parent_close_policy)
 
     def wait_child(self, child: ChildHandle) -> Any:
-        """Wait for a child run to finish; return its result or raise :class:`ChildWorkflowFailed`."""
-        seq, step = self._next(StepKind.CHILD_RESULT, child.workflow_id)
-        if step is not None and step.status == StepStatus.COMPLETED:
-            return decode(step.result)
-        if step is not None and step.status == StepStatus.FAILED:
-            raise self._child_failed(child, step.error or {})
-        self._before_new_work(side_effects=False)
-        now = clock.now()
-        run = Workflow.objects.filter(pk=child.run_id).only("status", "result", "error").first()
-        if run is None or not run.is_finished:
-            waiting = self._step(seq, StepKind.CHILD_RESULT, child.workflow_id, StepStatus.WAITING,
-                                 started=now, finished=None)
-            self._park(wake_at=None, reason=f"waiting for child {child.workflow_id}",
-                       writes=[] if step is not None else [self._record(waiting, None)])
-        started = step.started_at if step is not None else now
-        if run.status == RunStatus.COMPLETED:
-            self._defer(self._record(self._step(seq, StepKind.CHILD_RESULT, child.workflow_id,
-                                                StepStatus.COMPLETED, result=run.result, started=started,
-                                                finished=now), step))
-            return decode(run.result)
-        error = {**(run.error or {}), "status": run.status}
-        self._defer(self._record(self._step(seq, StepKind.CHILD_RESULT, child.workflow_id, StepStatus.FAILED,
-                                            error=error, started=started, finished=now), step))
-        raise self._child_failed(child, error)
+        """Wait for a child run to finish; return its result or raise :class:`ChildWorkflowFailed`
+        (``child.result()`` does the same)."""
+        if not isinstance(child, ChildHandle):
+            raise InvalidArgument(f"wait_child takes the handle ctx.start_child returned, got {child!r}")
+        return child.result()
 
     def run_child(self, workflow: str | Callable[..., Any], input: Any = None, *,
                   workflow_id: str | None = None, parent_close_policy: str = "terminate") -> Any:
         """Start a child run and wait for it: ``start_child`` then ``wait_child``."""
         child = self.start_child(workflow, input, workflow_id=workflow_id, parent_close_policy=parent_close_policy)
         return self.wait_child(child)
-
-    @staticmethod
-    def _child_failed(child: ChildHandle, error: dict) -> ChildWorkflowFailed:
-        status = error.get("status", "failed")
-        return ChildWorkflowFailed(
-            f"child workflow {child.workflow_id!r} {status}: {error.get('type')}: {error.get('message')}",
-            workflow_id=child.workflow_id, run_id=child.run_id, status=status, error=error,
-        )

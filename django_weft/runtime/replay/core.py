@@ -16,6 +16,7 @@ from ... import clock, journal, transitions
 from ...activities import ActivityInfo
 from ...exceptions import FencingError, NonDeterminismError
 from ...models import Timer, WorkflowStep
+from ..attempt_pool import AttemptPool
 from ..errors import StopExecution, Suspend, is_transient, refused_by_database
 
 logger = logging.getLogger("django_weft.executor")
@@ -40,6 +41,11 @@ class ReplayCore:
         self._consumed_signals: set[int] = set()
         # The identity of the activity attempt run last (did its body hand its task token out?).
         self._last_info: ActivityInfo | None = None
+        # The last position the journal holds (branches leave gaps: a row is written when it settles).
+        self._journal_end = max(steps, default=0)
+        # Branches started by this execution (runtime.replay.branches), and the pool their attempts run in.
+        self._open_branches: list = []
+        self._pool: AttemptPool | None = None
 
     @property
     def workflow_id(self) -> str:
@@ -52,7 +58,7 @@ class ReplayCore:
     @property
     def is_replaying(self) -> bool:
         """True while the code is re-walking operations already in the journal."""
-        return self._seq < len(self._journal)
+        return self._seq < self._journal_end
 
     def _next(self, kind: str, name: str) -> tuple[int, WorkflowStep | None]:
         self._seq += 1
@@ -129,6 +135,7 @@ class ReplayCore:
     def _record(self, step: WorkflowStep, existing: WorkflowStep | None) -> journal.JournalWrite:
         """The write that stores ``step`` (new, or replacing ``existing``); the journal sees it at once."""
         self._journal[step.seq] = step
+        self._journal_end = max(self._journal_end, step.seq)
         if existing is None:
             return journal.InsertStep(step)
         step.pk = existing.pk
@@ -136,9 +143,9 @@ class ReplayCore:
 
     def assert_journal_consumed(self) -> None:
         """The code finished; a longer journal means it skipped operations it made before."""
-        if self._seq < len(self._journal):
-            extra = self._journal[self._seq + 1]
+        if self._seq < self._journal_end:
+            extra = self._journal[min(seq for seq in self._journal if seq > self._seq)]
             raise NonDeterminismError(
                 f"run {self.run_id}: the workflow returned after {self._seq} step(s), but the journal "
-                f"recorded {len(self._journal)}; step {extra.seq} was {extra.kind} {extra.name!r}"
+                f"recorded steps up to {self._journal_end}; step {extra.seq} was {extra.kind} {extra.name!r}"
             )

@@ -1,0 +1,202 @@
+"""Executing activity attempts: in the executor's thread, on a thread of their own, or on the run's event
+loop (``async def`` activities), at most WEFT_MAX_PARALLEL_ACTIVITIES of one run at a time.
+
+An attempt's body never touches the journal: it only produces an :class:`Outcome`, which the executor
+thread records. That keeps every journal write on the thread that holds the run's fenced connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import inspect
+import threading
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import connections
+
+from ..activities import ActivityInfo, CompleteAsync, current_activity, is_coroutine_body
+from ..codec import encode
+from ..conf import weft_settings
+from ..exceptions import ActivityTimeout
+
+
+def in_callers_transaction() -> bool:
+    """True when the run executes inside a transaction someone else opened (the executor opens none
+    around user code): what an activity writes or reads then belongs to that transaction, which a thread
+    on a connection of its own would not see (and on SQLite would wait for its write lock)."""
+    return any(conn.in_atomic_block for conn in connections.all(initialized_only=True))
+
+
+@dataclass
+class Outcome:
+    """How an attempt ended: a value (with its encoding), an exception, or ``weft.complete_async()``."""
+
+    value: Any = None
+    data: bytes | None = None
+    error: BaseException | None = None
+    completes_async: bool = False
+
+
+@dataclass
+class AttemptJob:
+    info: ActivityInfo
+    body: Callable[..., Any]
+    args: tuple
+    kwargs: dict
+    timeout: float | None  # an async body is cancelled when it passes this
+    context: contextvars.Context = field(default_factory=contextvars.copy_context)
+
+    @property
+    def what(self) -> str:
+        return f"result of activity {self.info.activity!r}"
+
+    @property
+    def is_async(self) -> bool:
+        return is_coroutine_body(self.body)
+
+
+def _timed_out(job: AttemptJob) -> ActivityTimeout:
+    return ActivityTimeout(f"activity {job.info.activity!r} attempt {job.info.attempt} ran longer than its "
+                           f"{job.timeout:g}s timeout")
+
+
+async def _run_coroutine(job: AttemptJob) -> Outcome:
+    current_activity.set(job.info)  # the task runs in a context of its own
+    if job.info.control is not None:
+        job.info.control.begin()
+    try:
+        awaitable = job.body(*job.args, **job.kwargs)
+        value = await (awaitable if job.timeout is None else asyncio.wait_for(awaitable, job.timeout))
+        return Outcome(value=value, data=encode(value, what=job.what))
+    except CompleteAsync:
+        return Outcome(completes_async=True)
+    except TimeoutError as exc:
+        return Outcome(error=_timed_out(job) if job.timeout is not None else exc)
+    except Exception as exc:
+        return Outcome(error=exc)
+    finally:
+        if job.info.control is not None:
+            job.info.control.flush()
+
+
+def run_inline(job: AttemptJob) -> Outcome:
+    """Run the attempt in this thread (an ``async def`` body on an event loop of its own). Exceptions that
+    are not ``Exception`` (a KeyboardInterrupt, a crash standing in for one) propagate."""
+    if job.is_async:
+        return job.context.run(asyncio.run, _run_coroutine(job))
+    token = current_activity.set(job.info)
+    if job.info.control is not None:
+        job.info.control.begin()
+    try:
+        value = job.body(*job.args, **job.kwargs)
+        if inspect.isawaitable(value):  # a plain function that returned a coroutine
+            value = asyncio.run(_await(value))
+        return Outcome(value=value, data=encode(value, what=job.what))
+    except CompleteAsync:
+        return Outcome(completes_async=True)
+    except Exception as exc:
+        return Outcome(error=exc)
+    finally:
+        current_activity.reset(token)
+        if job.info.control is not None:
+            job.info.control.flush()
+
+
+async def _await(awaitable: Any) -> Any:
+    return await awaitable
+
+
+class AttemptPool:
+    """The attempts of one execution of a run: a thread each for plain functions, one shared event loop
+    for ``async def`` ones, at most ``limit`` running at once (the rest queue in start order).
+
+    With ``inline=True`` (the run executes inside a transaction the caller opened, which other threads
+    could not see) every attempt runs at once in the submitting thread instead.
+    """
+
+    def __init__(self, *, inline: bool, limit: int | None = None) -> None:
+        self._inline = inline
+        self._limit = max(1, limit if limit is not None else int(weft_settings.MAX_PARALLEL_ACTIVITIES))
+        self._lock = threading.Lock()
+        self._running = 0
+        self._queued: deque[tuple[AttemptJob, Future[Outcome]]] = deque()
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def submit(self, job: AttemptJob) -> Future[Outcome]:
+        future: Future[Outcome] = Future()
+        if self._inline:
+            future.set_result(run_inline(job))
+            return future
+        with self._lock:
+            start = self._running < self._limit
+            if start:
+                self._running += 1
+            else:
+                self._queued.append((job, future))
+        if start:
+            self._start(job, future)
+        return future
+
+    def _start(self, job: AttemptJob, future: Future[Outcome]) -> None:
+        if job.is_async:
+            loop = self._event_loop()
+            loop.call_soon_threadsafe(self._start_task, loop, job, future)
+            return
+        thread = threading.Thread(target=job.context.run, args=(self._run_thread, job, future),
+                                  name=f"weft-activity-{job.info.activity}"[:60], daemon=True)
+        thread.start()
+
+    def _run_thread(self, job: AttemptJob, future: Future[Outcome]) -> None:
+        try:
+            outcome = run_inline(job)
+        except BaseException as exc:
+            outcome = Outcome(error=exc)
+        finally:
+            connections.close_all()
+        self._finished(future, outcome)
+
+    def _start_task(self, loop: asyncio.AbstractEventLoop, job: AttemptJob, future: Future[Outcome]) -> None:
+        task = loop.create_task(_run_coroutine(job), context=job.context)
+
+        def done(task: asyncio.Task[Outcome]) -> None:
+            try:
+                outcome = task.result()
+            except BaseException as exc:
+                outcome = Outcome(error=exc)
+            self._finished(future, outcome)
+
+        task.add_done_callback(done)
+
+    def _finished(self, future: Future[Outcome], outcome: Outcome) -> None:
+        future.set_result(outcome)
+        with self._lock:
+            following = self._queued.popleft() if self._queued else None
+            if following is None:
+                self._running -= 1
+        if following is not None:
+            self._start(*following)
+
+    def _event_loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None:
+                self._loop = asyncio.new_event_loop()
+                threading.Thread(target=self._loop.run_forever, name="weft-activity-loop", daemon=True).start()
+            return self._loop
+
+    def close(self) -> None:
+        """Stop starting attempts; queued ones never run. Running ones finish on their own (their results
+        are no longer read)."""
+        with self._lock:
+            queued, self._queued = list(self._queued), deque()
+            loop, self._loop = self._loop, None
+        for job, future in queued:
+            if job.info.control is not None:
+                job.info.control.cancel("the execution ended before the attempt started")
+            future.set_result(Outcome(error=RuntimeError("not started")))
+        if loop is not None:
+            loop.call_soon_threadsafe(loop.stop)

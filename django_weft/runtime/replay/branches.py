@@ -1,0 +1,231 @@
+"""Parallel branches: ``ctx.start_activity``, ``ctx.start_timer`` and ``ctx.start_wait_for_signal`` begin a
+branch and return a :class:`~.pending.Pending`; ``ctx.gather``, ``ctx.race`` and ``ctx.map`` wait for several.
+
+Waiting polls the branches on the executor thread: a settled branch's row is committed at once (a crash
+keeps it), running attempts are waited for, and when nothing runs and nothing can settle the run parks
+until the earliest branch can (a timer, a signal, an async completion, a child finishing).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+from collections.abc import Callable, Coroutine, Iterable, Sequence
+from datetime import datetime, timedelta
+from typing import Any, NoReturn, ParamSpec, TypeVar, cast, overload
+
+from ... import clock, journal
+from ...activities import definition_of
+from ...codec import decode, encode
+from ...durations import to_seconds
+from ...exceptions import InvalidArgument
+from ...models import StepKind, StepStatus
+from ...storable import check_text
+from ..attempt_pool import AttemptPool, in_callers_transaction
+from ..errors import StopExecution
+from .async_activities import AsyncActivityOps
+from .pending import ActivityBranch, Pending, SignalBranch, TimerBranch
+from .signals import Signals
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+# How often a wait with attempts running looks at branches that settle from outside (signals, async
+# completions, children) and at the attempts' timeouts.
+POLL_SECONDS = 0.2
+
+
+class Branches(AsyncActivityOps, Signals):
+    """The replay context's parallel branches (mixed into runtime.context.Context)."""
+
+    @overload
+    def start_activity(self, fn: Callable[P, Coroutine[Any, Any, R]], *args: P.args,
+                       **kwargs: P.kwargs) -> Pending[R]: ...
+    @overload
+    def start_activity(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> Pending[R]: ...
+
+    def start_activity(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Pending[Any]:
+        """Start an activity without waiting for it; it runs beside the workflow code in the run's attempt
+        pool (WEFT_MAX_PARALLEL_ACTIVITIES at once). Retries, timeouts and async completion work as for
+        ``ctx.run``; ``pending.result()`` (or ``ctx.gather``) waits for it."""
+        definition = definition_of(fn)
+        seq, step = self._next(StepKind.ACTIVITY, definition.name)
+        return self._started(ActivityBranch(self, seq, step, definition, args, kwargs))
+
+    def start_timer(self, duration: float | int | timedelta) -> Pending[None]:
+        """A durable timer as a branch: it settles (with None) once ``duration`` has passed."""
+        seconds = to_seconds(duration, "ctx.start_timer duration", allow_zero=True)
+        seq, step = self._next(StepKind.SLEEP, "sleep")
+        if step is None:
+            self._before_new_work(side_effects=False)
+        return self._started(TimerBranch(self, seq, step, clock.now() + timedelta(seconds=seconds)))
+
+    def start_wait_for_signal(self, name_or_names: str | Sequence[str]) -> Pending[Any]:
+        """A wait for a signal as a branch: it consumes the signal only when it settles (a branch that lost
+        a race consumes nothing). For a list of names it settles with ``(name, payload)``."""
+        several = not isinstance(name_or_names, str)
+        names: list[str] = list(name_or_names) if several else [cast(str, name_or_names)]
+        if not names or not all(isinstance(n, str) and n and len(n) <= 255 for n in names):
+            raise InvalidArgument(f"start_wait_for_signal needs a signal name or a list of names (each at most 255 "
+                                  f"characters), got {name_or_names!r}")
+        for name in names:
+            check_text(name, "a signal name")
+        seq, step = self._next(StepKind.SIGNAL, "|".join(names))
+        return self._started(SignalBranch(self, seq, step, names, several))
+
+    def gather(self, *pendings: Pending[Any], return_exceptions: bool = False) -> list[Any]:
+        """Wait for every branch; return their values in the order given.
+
+        If some fail, the others still settle (all are recorded); then the first failure in argument order
+        is raised, or, with ``return_exceptions=True``, failures are returned in place of values.
+        """
+        branches = self._checked(pendings, "gather")
+        for branch in branches:
+            branch.take_position()
+        self._wait_for(branches, first=False)
+        values = []
+        for branch in branches:
+            try:
+                values.append(branch.outcome())
+            except Exception as exc:
+                if not return_exceptions:
+                    raise
+                values.append(exc)
+        return values
+
+    def race(self, *pendings: Pending[Any]) -> tuple[int, Any]:
+        """Wait for the first branch to settle; return ``(index, value)`` (or raise its error).
+
+        The winner is recorded, so a replay returns the same one. The others are cancelled: a timer is
+        dropped, a signal wait consumes nothing, an activity is asked to stop (its ``weft.heartbeat()``
+        raises ActivityCancelled) and its result is discarded, a child is cancelled unless it was started
+        with ``parent_close_policy="abandon"``.
+        """
+        branches = self._checked(pendings, "race")
+        for branch in branches:
+            branch.take_position()
+        seq, step = self._next(StepKind.RACE, "race")
+        if step is not None:
+            index = int(decode(step.result))
+            if not branches[index].done:  # recorded with the race; only a hand-edited journal lacks it
+                self._wait_for([branches[index]], first=False)
+        else:
+            self._wait_for(branches, first=True)
+            index = next(i for i, branch in enumerate(branches) if branch.done)
+            self._defer(self._record(self._step(seq, StepKind.RACE, "race", StepStatus.COMPLETED,
+                                                result=encode(index), started=clock.now(), finished=clock.now()),
+                                     None))
+        for i, branch in enumerate(branches):
+            if i != index and not branch.done:
+                branch.cancel(f"lost the race of step {seq} to step {branches[index].seq}")
+        self._commit_deferred()
+        return index, branches[index].outcome()
+
+    def map(self, fn: Callable[[Any], Any], items: Iterable[Any], max_parallel: int | None = None) -> list[Any]:
+        """Run ``fn`` as an activity for each item, at most ``max_parallel`` at once (and at most
+        WEFT_MAX_PARALLEL_ACTIVITIES); return the results in item order, like ``gather``."""
+        if max_parallel is not None and (not isinstance(max_parallel, int) or isinstance(max_parallel, bool)
+                                         or max_parallel < 1):
+            raise InvalidArgument(f"map's max_parallel must be an int >= 1 or None, got {max_parallel!r}")
+        queue = list(items)
+        limit = max_parallel or max(1, len(queue))
+        started: list[Pending[Any]] = []
+        while len(started) < len(queue) or not all(branch.done for branch in started):
+            unsettled = [branch for branch in started if not branch.done]
+            while len(started) < len(queue) and len(unsettled) < limit:
+                branch = self.start_activity(fn, queue[len(started)])
+                started.append(branch)
+                if not branch.done:
+                    unsettled.append(branch)
+            if unsettled:
+                self._wait_for(unsettled, first=True)
+                self._commit_deferred()
+        return self.gather(*started)
+
+    # --- waiting ---
+
+    def _checked(self, pendings: Sequence[Pending[Any]], what: str) -> list[Pending[Any]]:
+        if not pendings:
+            raise InvalidArgument(f"ctx.{what} needs at least one branch")
+        for pending in pendings:
+            if not isinstance(pending, Pending) or pending._ctx is not self:
+                raise InvalidArgument(f"ctx.{what} takes branches this run started (ctx.start_activity, "
+                                      f"ctx.start_timer, ctx.start_wait_for_signal, ctx.start_child), got {pending!r}")
+        return list(pendings)
+
+    def _started(self, branch: Pending[R]) -> Pending[R]:
+        if not branch.done:
+            self._open_branches.append(branch)
+        return branch
+
+    def _wait_for(self, branches: list[Pending[Any]], *, first: bool) -> None:
+        """Return once every branch (``first``: one) settled, committing settled rows as they come; park
+        when nothing runs and nothing can settle yet."""
+        while True:
+            now = clock.now()
+            for branch in branches:
+                branch.poll(now)
+                if first and branch.done:
+                    return  # a race's winner is committed with the race's record
+            if not first:
+                self._commit_deferred()  # what settled is kept, whatever happens next
+                if all(branch.done for branch in branches):
+                    return
+            else:
+                self._commit_deferred()  # retries scheduled, async attempts recorded: nothing settled yet
+            running = [branch for branch in branches if branch.running]
+            if running:
+                self._wait_running(running, [b for b in branches if not b.done])
+                continue
+            self._park_on(branches)
+
+    def _wait_running(self, running: list[Pending[Any]], unsettled: list[Pending[Any]]) -> None:
+        futures = [cast(ActivityBranch[Any], branch)._future for branch in running]
+        timeout = POLL_SECONDS
+        wake = min((at for at in (b.wake_at() for b in unsettled) if at is not None), default=None)
+        if wake is not None:
+            timeout = max(0.0, min(timeout, (wake - clock.now()).total_seconds()))
+        concurrent.futures.wait([f for f in futures if f is not None], timeout=timeout,
+                                return_when=concurrent.futures.FIRST_COMPLETED)
+        if self._claim.lost:
+            raise StopExecution(release=False)
+
+    def _park_on(self, branches: list[Pending[Any]]) -> NoReturn:
+        unsettled = [branch for branch in branches if not branch.done]
+        for branch in unsettled:
+            branch.park_writes()
+        wakes = [at for at in (branch.wake_at() for branch in unsettled) if at is not None]
+        names = sorted({name for branch in unsettled for name in branch.awaiting_signals()})
+        if len(unsettled) == 1:
+            reason = unsettled[0].reason()
+        else:
+            reason = f"waiting for {len(unsettled)} branches: " + "; ".join(b.reason() for b in unsettled)
+        self._park(wake_at=min(wakes, default=None), reason=reason, awaiting_signals=names)
+
+    def _commit_deferred(self) -> None:
+        if self._claim.deferred:
+            self._commit()
+
+    def _attempt_pool(self) -> AttemptPool:
+        if self._pool is None:
+            self._pool = AttemptPool(inline=in_callers_transaction())
+        return self._pool
+
+    def _park(self, *, wake_at: datetime | None, reason: str, writes: Sequence[journal.JournalWrite] = (),
+              awaiting_signals: Sequence[str] = ()) -> NoReturn:
+        """Before any park, running attempts finish and are recorded: a branch the code does not wait for
+        yet would otherwise run again after the wake."""
+        running = [branch for branch in self._open_branches if branch.running]
+        while running:
+            self._wait_running(running, [])
+            for branch in running:
+                cast(ActivityBranch[Any], branch).poll_attempt()
+            running = [branch for branch in running if branch.running]
+        super()._park(wake_at=wake_at, reason=reason, writes=writes, awaiting_signals=awaiting_signals)
+
+    def close_branches(self) -> None:
+        """The execution ended: attempts still running are asked to stop, and nothing more starts."""
+        for branch in self._open_branches:
+            if not branch.done:
+                branch.abandon("the run's execution ended without waiting for this branch")
+        if self._pool is not None:
+            self._pool.close()

@@ -1,0 +1,424 @@
+"""Branches: the operations ``ctx.start_activity``, ``ctx.start_timer``, ``ctx.start_wait_for_signal`` and
+``ctx.start_child`` begin without waiting, as a :class:`Pending` each.
+
+A branch takes its journal position when it starts and is one journal row, written when it settles (a
+timer's row and an async or retried activity's row exist while they wait, so their deadlines survive a
+crash). The executor thread settles branches by polling them (:meth:`Pending.poll`): only it writes
+the journal, while activity attempts run in the run's attempt pool.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from ... import clock, journal
+from ...activities import ActivityDefinition, ActivityInfo, body_of
+from ...codec import decode, encode
+from ...exceptions import ActivityTimeout, BranchCancelled, NonDeterminismError, PayloadError, WaitTimeout
+from ...heartbeats import AttemptControl
+from ...models import AsyncActivity, AsyncStatus, StepStatus, Timer, TimerPurpose, WorkflowStep
+from ...tokens import make_task_token
+from ..attempt_pool import AttemptJob, Outcome
+from ..errors import error_dict
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
+
+    from .branches import Branches
+
+T = TypeVar("T")
+
+
+class Pending(Generic[T]):
+    """A branch of a run that was started and may not have settled yet.
+
+    ``result()`` waits for it (parking the run if it cannot settle now) and returns its value or raises
+    its error; pass several to ``ctx.gather`` or ``ctx.race``. ``done`` says whether it has settled.
+    """
+
+    def __init__(self, ctx: Branches, seq: int, kind: str, name: str, row: WorkflowStep | None) -> None:
+        self._ctx = ctx
+        self.seq = seq
+        self._kind = kind
+        self._name = name
+        self._row = row
+        self._started = row.started_at if row is not None else clock.now()
+        self._settled = False
+        self._value: Any = None
+        self._error: BaseException | None = None
+
+    def __repr__(self) -> str:
+        state = "settled" if self._settled else "pending"
+        return f"<{type(self).__name__} step {self.seq} {self._kind} {self._name!r} {state}>"
+
+    @property
+    def done(self) -> bool:
+        return self._settled
+
+    def result(self) -> T:
+        """Wait for this branch and return its value (or raise its error)."""
+        self._ctx._wait_for([self], first=False)
+        return self.outcome()
+
+    def outcome(self) -> T:
+        """The settled branch's value, or its error raised."""
+        if not self._settled:
+            raise RuntimeError(f"{self!r} has not settled")
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+    # --- what the executor thread calls ---
+
+    def take_position(self) -> None:
+        """Take any journal position the branch needs once it is waited for (a child's result)."""
+
+    def poll(self, now: datetime) -> None:
+        """Settle the branch if it can settle now, without blocking."""
+
+    @property
+    def running(self) -> bool:
+        """An attempt of it executes in the attempt pool."""
+        return False
+
+    def wake_at(self) -> datetime | None:
+        """When the branch may settle by itself (a timer), if it waits for one."""
+        return None
+
+    def awaiting_signals(self) -> list[str]:
+        return []
+
+    def park_writes(self) -> list[journal.JournalWrite]:
+        """Rows to record when the run parks waiting for this branch."""
+        return []
+
+    def reason(self) -> str:
+        """What the run waits for while it waits for this branch (its wait reason)."""
+        return f"waiting for {self._kind} {self._name}"
+
+    def cancel(self, reason: str) -> None:
+        """The branch lost a race: stop it, record it as cancelled; nothing it produces is used."""
+        self.abandon(reason)
+        self._write_row(StepStatus.CANCELLED, error={"type": "BranchCancelled", "message": reason})
+        self._settle(error=BranchCancelled(f"step {self.seq} ({self._kind} {self._name!r}) was cancelled: {reason}"))
+
+    def abandon(self, reason: str) -> None:
+        """The execution ends without waiting for the branch: stop what runs (no row is written)."""
+
+    # --- for subclasses ---
+
+    def _settle(self, *, value: Any = None, error: BaseException | None = None) -> None:
+        self._settled, self._value, self._error = True, value, error
+
+    def _settle_from_row(self, row: WorkflowStep) -> bool:
+        """Settle from a recorded row that says how the branch ended; False if it is still waiting."""
+        if row.status == StepStatus.CANCELLED:
+            self._settle(error=BranchCancelled(f"step {self.seq} ({self._kind} {self._name!r}) lost a race"))
+            return True
+        return False
+
+    def _write_row(self, status: str, *, attempt: int = 1, result: bytes | None = None, error: dict | None = None,
+                   finished: bool = True) -> None:
+        """Record the branch's row as it is now. A row whose insert is still deferred (it has no pk) is
+        written as it is at commit time, so it is changed in place."""
+        now = clock.now()
+        row = self._row
+        if row is not None and row.pk is None:
+            row.status, row.attempt, row.result, row.error = status, attempt, result, error
+            row.finished_at = now if finished else None
+            return
+        ctx = self._ctx
+        new = ctx._step(self.seq, self._kind, self._name, status, attempt=attempt, result=result, error=error,
+                        started=self._started, finished=now if finished else None)
+        ctx._defer(ctx._record(new, row))
+        self._row = new
+
+    def _fire(self, timer: Timer | None) -> None:
+        if timer is None:
+            return
+        now = clock.now()
+        if timer.pk is None:  # its insert is still deferred
+            timer.fired_at = now
+        else:
+            self._ctx._defer(journal.FireTimer(timer.pk, now))
+
+
+class ActivityBranch(Pending[T]):
+    """``ctx.start_activity``: an activity whose attempts run in the run's attempt pool."""
+
+    def __init__(self, ctx: Branches, seq: int, row: WorkflowStep | None, definition: ActivityDefinition,
+                 args: tuple, kwargs: dict) -> None:
+        super().__init__(ctx, seq, "activity", definition.name, row)
+        self.definition = definition
+        self._args, self._kwargs = args, kwargs
+        self._attempt = 1
+        self._future: Future[Outcome] | None = None
+        self._info: ActivityInfo | None = None
+        self._retry_timer: Timer | None = None  # waiting out a retry backoff
+        self._async_wait = False  # waiting for an async completion
+        self._close_timer: Timer | None = None  # schedule_to_close_timeout of an async wait
+        if row is None:
+            self._dispatch()
+        elif row.status == StepStatus.COMPLETED:
+            self._settle(value=decode(row.result))
+        elif row.status == StepStatus.FAILED:
+            self._settle(error=ctx._activity_error(definition.name, row.error or {}, row.attempt))
+        elif not self._settle_from_row(row):
+            self._resume_waiting(row)
+
+    def _resume_waiting(self, row: WorkflowStep) -> None:
+        timer = self._ctx._timers.get(self.seq)
+        if timer is not None and timer.purpose == TimerPurpose.RETRY_BACKOFF:
+            self._retry_timer, self._attempt = timer, row.attempt + 1
+        elif timer is None and row.error is not None and not AsyncActivity.objects.filter(
+                run_id=self._ctx.run_id, seq=self.seq, attempt=row.attempt).exists():
+            self._attempt = row.attempt + 1  # its backoff timer fired, then the next attempt was cut short
+            self._dispatch()
+        else:
+            self._async_wait, self._close_timer, self._attempt = True, timer, row.attempt
+        self.poll(clock.now())
+
+    def _dispatch(self) -> None:
+        ctx = self._ctx
+        ctx._before_new_work(side_effects=True)
+        definition = self.definition
+        control = AttemptControl(ctx._claim, ctx.run_id, self.seq, self._attempt, timeout=definition.timeout,
+                                 heartbeat_timeout=definition.heartbeat_timeout)
+        self._info = ActivityInfo(workflow_id=ctx.workflow_id, run_id=ctx.run_id, seq=self.seq,
+                                  attempt=self._attempt, activity=definition.name, generation=ctx._claim.run.retries,
+                                  control=control)
+        self._future = ctx._attempt_pool().submit(AttemptJob(self._info, body_of(definition), self._args,
+                                                             self._kwargs, timeout=definition.timeout))
+
+    @property
+    def running(self) -> bool:
+        return self._future is not None
+
+    def poll(self, now: datetime) -> None:
+        if self._settled:
+            return
+        if self._future is not None:
+            self.poll_attempt()
+        elif self._retry_timer is not None:
+            if self._retry_timer.fire_at <= now:
+                if self._retry_timer.pk is None:
+                    self._ctx._commit()  # the timer's row is written before it is marked fired
+                self._fire(self._retry_timer)
+                self._retry_timer = None
+                self._dispatch()
+        elif self._async_wait:
+            self._poll_async(now)
+
+    def poll_attempt(self) -> None:
+        """Record the running attempt's outcome if it has one, or fail it if it overran."""
+        if self._future is None:
+            return
+        if self._future.done():
+            outcome, self._future = self._future.result(), None
+            self._handle(outcome)
+        else:
+            self._check_running()
+
+    def _check_running(self) -> None:
+        """The attempt runs on: fail it if it passed its timeout or stopped beating."""
+        assert self._info is not None and self._info.control is not None
+        control, now = self._info.control, time.monotonic()
+        definition = self.definition
+        if control.past_deadline(now):
+            message = f"ran longer than its {definition.timeout:g}s timeout"
+        elif control.silent_too_long(now):
+            message = f"sent no heartbeat for longer than its {definition.heartbeat_timeout:g}s heartbeat_timeout"
+        else:
+            return
+        control.cancel(f"the attempt {message}")
+        self._future = None
+        error = ActivityTimeout(f"activity {definition.name!r} attempt {self._attempt} {message}")
+        self._failed(error_dict(error, attempt=self._attempt), definition.retry.should_retry(self._attempt, error),
+                     error)
+
+    def _handle(self, outcome: Outcome) -> None:
+        ctx, attempt = self._ctx, self._attempt
+        info = self._info
+        early = None
+        if outcome.completes_async or (info is not None and info.token_handed_out):
+            early = ctx._early_resolution(self.seq, attempt)
+        if early is not None:
+            self._apply(early)
+        elif outcome.completes_async:
+            self._park_async()
+        elif outcome.error is not None:
+            exc = outcome.error
+            retryable = not isinstance(exc, PayloadError) and isinstance(exc, Exception) and \
+                self.definition.retry.should_retry(attempt, exc)
+            self._failed(error_dict(exc, attempt=attempt), retryable, exc)
+        else:
+            self._write_row(StepStatus.COMPLETED, attempt=attempt, result=outcome.data)
+            self._settle(value=outcome.value)
+
+    def _park_async(self) -> None:
+        ctx = self._ctx
+        self._write_row(StepStatus.WAITING, attempt=self._attempt, finished=False)
+        ctx._defer(journal.InsertAsync(AsyncActivity(
+            run_id=ctx.run_id, seq=self.seq, attempt=self._attempt, activity=self.definition.name,
+            token=make_task_token(ctx.run_id, self.seq, self._attempt, ctx._claim.run.retries), created_at=clock.now(),
+        )))
+        deadline = ctx._close_deadline(self.definition, self._started)
+        if deadline is not None:
+            self._close_timer = Timer(run_id=ctx.run_id, seq=self.seq, fire_at=deadline,
+                                      purpose=TimerPurpose.ACTIVITY_TIMEOUT)
+            ctx._defer(journal.InsertTimer(self._close_timer))
+        self._async_wait = True
+
+    def _poll_async(self, now: datetime) -> None:
+        ctx = self._ctx
+        record = AsyncActivity.objects.filter(run_id=ctx.run_id, seq=self.seq, attempt=self._attempt).first()
+        if record is None:
+            if self._row is not None and self._row.pk is None:
+                return  # its record is written with the run's next commit
+            raise NonDeterminismError(f"step {self.seq} of run {ctx.run_id} waits for an async activity attempt "
+                                      f"{self._attempt} that has no record")
+        if record.status == AsyncStatus.PENDING:
+            timer = self._close_timer
+            if timer is None or timer.fire_at > now:
+                return
+            error = {"type": "django_weft.exceptions.ActivityTimeout", "attempt": self._attempt,
+                     "message": f"async activity {self.definition.name!r} was not completed within its "
+                                f"{self.definition.schedule_to_close_timeout or 0:g}s schedule_to_close_timeout"}
+            ctx._defer(journal.ResolveAsync(record.pk, AsyncStatus.TIMED_OUT, now, error))
+            record.status, record.error = AsyncStatus.TIMED_OUT, error
+        self._fire(self._close_timer)
+        self._close_timer, self._async_wait = None, False
+        self._apply(record)
+
+    def _apply(self, record: AsyncActivity) -> None:
+        """Continue with an async attempt's resolution."""
+        if record.status == AsyncStatus.COMPLETED:
+            self._write_row(StepStatus.COMPLETED, attempt=self._attempt, result=record.result)
+            self._settle(value=decode(record.result))
+            return
+        error = record.error or {"type": "AsyncActivityFailed", "message": f"async activity {record.status}"}
+        self._failed(error, record.status == AsyncStatus.FAILED and self._attempt < self.definition.retry.max_attempts)
+
+    def _failed(self, error: dict, retryable: bool, cause: BaseException | None = None) -> None:
+        ctx, definition, attempt = self._ctx, self.definition, self._attempt
+        now = clock.now()
+        wake_at, error = ctx._retry_at(definition, attempt, self._started, error, retryable, now)
+        if wake_at is None:
+            ctx._log_attempt_failed(definition, attempt, error, "giving up: ActivityError is raised in the workflow")
+            self._write_row(StepStatus.FAILED, attempt=attempt, error=error)
+            failure = ctx._activity_error(definition.name, error, attempt)
+            failure.__cause__ = cause
+            self._settle(error=failure)
+            return
+        ctx._log_attempt_failed(definition, attempt, error, f"retrying at {wake_at.isoformat(timespec='seconds')}")
+        self._write_row(StepStatus.WAITING, attempt=attempt, error=error, finished=False)
+        self._retry_timer = Timer(run_id=ctx.run_id, seq=self.seq, purpose=TimerPurpose.RETRY_BACKOFF, fire_at=wake_at)
+        ctx._defer(journal.InsertTimer(self._retry_timer))
+        self._attempt = attempt + 1
+
+    def wake_at(self) -> datetime | None:
+        if self._retry_timer is not None:
+            return self._retry_timer.fire_at
+        return self._close_timer.fire_at if self._close_timer is not None else None
+
+    def reason(self) -> str:
+        if self._retry_timer is not None:
+            return f"retrying {self._name} (attempt {self._attempt}) at {self._retry_timer.fire_at.isoformat()}"
+        return f"waiting for async activity {self._name} (attempt {self._attempt}) to be completed"
+
+    def abandon(self, reason: str) -> None:
+        if self._future is not None and self._info is not None and self._info.control is not None:
+            self._info.control.cancel(reason)
+        self._future = None
+
+    def cancel(self, reason: str) -> None:
+        self._fire(self._retry_timer)
+        self._fire(self._close_timer)
+        self._retry_timer = self._close_timer = None
+        self._async_wait = False
+        self.abandon(reason)
+        self._write_row(StepStatus.CANCELLED, attempt=self._attempt,
+                        error={"type": "BranchCancelled", "message": reason})
+        self._settle(error=BranchCancelled(f"activity {self._name!r} (step {self.seq}) was cancelled: {reason}"))
+
+
+class TimerBranch(Pending[None]):
+    """``ctx.start_timer``: its row and timer are recorded at once, so its deadline survives a crash."""
+
+    def __init__(self, ctx: Branches, seq: int, row: WorkflowStep | None, fire_at: datetime) -> None:
+        super().__init__(ctx, seq, "sleep", "sleep", row)
+        self._timer: Timer | None = None
+        self._fire_at = fire_at
+        if row is not None:
+            if row.status == StepStatus.COMPLETED:
+                self._settle()
+            elif not self._settle_from_row(row):
+                self._timer = ctx._timers.get(seq)
+                self._fire_at = self._timer.fire_at if self._timer is not None else clock.now()
+            return
+        if fire_at <= clock.now():
+            self._write_row(StepStatus.COMPLETED)
+            self._settle()
+            return
+        self._write_row(StepStatus.WAITING, finished=False)
+        self._timer = Timer(run_id=ctx.run_id, seq=seq, purpose=TimerPurpose.SLEEP, fire_at=fire_at)
+        ctx._defer(journal.InsertTimer(self._timer))
+
+    def poll(self, now: datetime) -> None:
+        if not self._settled and self._fire_at <= now:
+            self._fire(self._timer)
+            self._write_row(StepStatus.COMPLETED)
+            self._settle()
+
+    def wake_at(self) -> datetime | None:
+        return None if self._settled else self._fire_at
+
+    def reason(self) -> str:
+        return f"sleeping until {self._fire_at.isoformat()}"
+
+    def cancel(self, reason: str) -> None:
+        self._fire(self._timer)  # dropped: it wakes nothing any more
+        super().cancel(reason)
+
+
+class SignalBranch(Pending[Any]):
+    """``ctx.start_wait_for_signal``: consumes a signal only when it settles, so a loser consumes nothing."""
+
+    def __init__(self, ctx: Branches, seq: int, row: WorkflowStep | None, names: list[str], several: bool) -> None:
+        super().__init__(ctx, seq, "signal", "|".join(names), row)
+        self._names, self._several = names, several
+        if row is not None and row.status == StepStatus.COMPLETED:
+            value = decode(row.result)
+            self._settle(value=tuple(value) if several else value)
+        elif row is not None and row.status == StepStatus.FAILED:
+            self._settle(error=WaitTimeout((row.error or {}).get("message", "timed out")))
+        elif row is not None:
+            self._settle_from_row(row)
+
+    def poll(self, now: datetime) -> None:
+        if self._settled:
+            return
+        ctx = self._ctx
+        arrived = ctx._next_signal(self._names)
+        if arrived is None:
+            return
+        payload = decode(arrived.payload)
+        value = [arrived.name, payload] if self._several else payload
+        ctx._consumed_signals.add(arrived.pk)
+        ctx._defer(journal.ConsumeSignal(arrived.pk, now, self.seq))
+        self._write_row(StepStatus.COMPLETED, result=encode(value, what="signal payload"))
+        self._settle(value=tuple(value) if self._several else value)
+
+    def awaiting_signals(self) -> list[str]:
+        return [] if self._settled else list(self._names)
+
+    def park_writes(self) -> list[journal.JournalWrite]:
+        if self._row is not None or self._settled:
+            return []
+        self._write_row(StepStatus.WAITING, finished=False)
+        return []  # the row rides on the deferred writes the park commits
+
+    def reason(self) -> str:
+        return f"waiting for signal {self._name}"
