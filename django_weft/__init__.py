@@ -16,10 +16,13 @@ from .activities import (
     complete_async,
     complete_async_activity,
     fail_async_activity,
+    heartbeat,
 )
 from .exceptions import (
+    ActivityCancelled,
     ActivityError,
     ActivityTimeout,
+    BranchCancelled,
     ChildWorkflowFailed,
     ConfigurationError,
     FencingError,
@@ -59,7 +62,7 @@ if TYPE_CHECKING:
     )
     from .maintenance import MaintenanceReport, run_maintenance
     from .models import Schedule
-    from .runtime.context import ChildHandle, Context
+    from .runtime.context import ChildHandle, Context, Pending
     from .schedules import create_schedule, get_schedule
 
 __version__ = "0.1.0"
@@ -77,6 +80,7 @@ _LAZY = {
     "run_maintenance": "maintenance",
     "MaintenanceReport": "maintenance",
     "Context": "runtime.context",
+    "Pending": "runtime.context",
     "create_schedule": "schedules",
     "get_schedule": "schedules",
     "Schedule": "models",
@@ -93,9 +97,11 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "ActivityCancelled",
     "ActivityError",
     "ActivityInfo",
     "ActivityTimeout",
+    "BranchCancelled",
     "ChildHandle",
     "ChildWorkflowFailed",
     "ConfigurationError",
@@ -105,6 +111,7 @@ __all__ = [
     "InvalidTaskToken",
     "MaintenanceReport",
     "NonDeterminismError",
+    "Pending",
     "PayloadError",
     "PayloadNotSerializable",
     "PayloadTooLarge",
@@ -129,6 +136,7 @@ __all__ = [
     "WorkflowTimedOut",
     "activity",
     "activity_info",
+    "heartbeat",
     "cancel",
     "complete_async",
     "complete_async_activity",

@@ -198,10 +198,10 @@ order = {"swapped": False}
 
 @weft.workflow(name="branches.order")
 def branch_order(ctx: weft.Context, key: str) -> list:
-    pendings = [ctx.start_activity(quick, f"{key}:a"), ctx.start_timer(10)]
     if order["swapped"]:
-        pendings.reverse()
-    return ctx.gather(*pendings)
+        timer = ctx.start_timer(10)
+        return ctx.gather(ctx.start_activity(quick, f"{key}:a"), timer)
+    return ctx.gather(ctx.start_activity(quick, f"{key}:a"), ctx.start_timer(10))
 
 
 # --- async def activities --------------------------------------------------------------------------------
@@ -269,7 +269,7 @@ def resumable_workflow(ctx: weft.Context, key: str) -> object:
 @weft.activity(retry=weft.RetryPolicy(max_attempts=2, initial_backoff=0), heartbeat_timeout=0.3)
 def goes_silent(key: str) -> str:
     if _mark(key) == 1:
-        time.sleep(3)  # no heartbeat: the attempt is failed long before this returns
+        time.sleep(1.5)  # no heartbeat: the attempt is failed long before this returns
         return "too late"
     weft.heartbeat()
     return f"attempt {weft.activity_info().attempt}"
@@ -311,3 +311,28 @@ def until_cancelled(key: str) -> str:
 @weft.workflow(name="branches.cancel_me")
 def cancel_me(ctx: weft.Context, key: str) -> object:
     return ctx.run(until_cancelled, key)
+
+
+def wait_for_mark(prefix: str, timeout: float = 10) -> str:
+    """The key of the first execution mark starting with ``prefix``, waiting for an activity's thread to
+    write it (an abandoned attempt finishes on its own, after the run moved on)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        key = Execution.objects.filter(key__startswith=prefix).values_list("key", flat=True).first()
+        if key is not None or time.monotonic() > deadline:
+            assert key is not None, f"no execution mark starting with {prefix!r} within {timeout}s"
+            return key
+        time.sleep(0.02)
+
+
+@weft.workflow(name="branches.bad_gather")
+def bad_gather(ctx: weft.Context) -> object:
+    try:
+        ctx.gather()
+    except weft.InvalidArgument as exc:
+        empty = str(exc)
+    try:
+        ctx.race("not a branch")  # type: ignore[arg-type]
+    except weft.InvalidArgument as exc:
+        return [empty, str(exc)]
+    return None

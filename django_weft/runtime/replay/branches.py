@@ -210,6 +210,13 @@ class Branches(AsyncActivityOps, Signals):
             self._pool = AttemptPool(inline=in_callers_transaction())
         return self._pool
 
+    def _before_new_work(self, *, side_effects: bool) -> None:
+        """Branches that settled meanwhile are recorded first, so their rows commit before the new work."""
+        for branch in self._open_branches:
+            if branch.running:
+                cast(ActivityBranch[Any], branch).poll_attempt()
+        super()._before_new_work(side_effects=side_effects)
+
     def _park(self, *, wake_at: datetime | None, reason: str, writes: Sequence[journal.JournalWrite] = (),
               awaiting_signals: Sequence[str] = ()) -> NoReturn:
         """Before any park, running attempts finish and are recorded: a branch the code does not wait for
