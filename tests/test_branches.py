@@ -335,3 +335,16 @@ def test_idempotency_key_is_the_same_for_every_attempt(weft_env):
     weft_env.advance(timedelta(seconds=10))
     assert handle.result()[0].endswith(f":{handle.run_id}:1")
     assert Execution.objects.filter(key="ik").count() == 2
+
+
+@pytest.mark.parametrize("branch", [False, True], ids=["ctx.run", "start_activity"])
+def test_a_retry_cut_short_by_a_crash_runs_again_after_its_backoff_timer_fired(weft_env, branch):
+    key = f"cr-{branch}"
+    handle = weft.start("branches.crash_in_retry", {"key": key, "branch": branch})
+    weft_env.drive()
+    with pytest.raises(bw.Crash):
+        weft_env.advance(timedelta(seconds=5))  # the backoff timer fired, then attempt 2 died with its process
+    Workflow.objects.filter(pk=handle.run_id).update(runnable_at=weft_env.now())  # its lease, expired
+    weft_env.drive()
+    assert handle.result() == f"{key}:attempt 2"
+    assert executions(key) == 3

@@ -21,6 +21,11 @@ def ship(order_id: int) -> dict[str, int]:
     return {"parcel": order_id}
 
 
+@weft.activity
+async def fetch(url: str) -> int:
+    return len(url)
+
+
 def plain(text: str) -> bytes:  # ctx.run takes undecorated functions too
     return text.encode()
 
@@ -32,6 +37,9 @@ def checkout(ctx: weft.Context, order_id: int) -> str:
     reveal_type(ctx.run(charge_card, order_id))  # N: Revealed type is "str"
     reveal_type(ctx.run(ship, order_id))  # N: Revealed type is "dict[str, int]"
     reveal_type(ctx.run(plain, "x"))  # N: Revealed type is "bytes"
+    reveal_type(ctx.start_activity(ship, order_id))  # N: Revealed type is "django_weft.runtime.replay.pending.Pending[dict[str, int]]"
+    reveal_type(ctx.start_activity(fetch, "u").result())  # N: Revealed type is "int"
+    ctx.start_activity(fetch, 3)  # E: No overload variant of "start_activity" of "Branches" matches argument types "Callable[[str], Coroutine[Any, Any, int]]", "int"
     ctx.run(charge_card, "42")  # E: Argument 2 to "run" of "ActivityOps" has incompatible type "str"; expected "int"
     ctx.run(charge_card, order_id, currency=3)  # E: Argument "currency" to "run" of "ActivityOps" has incompatible type
     ctx.run(charge_card, order_id, colour="red")  # E: Unexpected keyword argument "colour" for "run"

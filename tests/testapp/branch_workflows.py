@@ -336,3 +336,21 @@ def bad_gather(ctx: weft.Context) -> object:
     except weft.InvalidArgument as exc:
         return [empty, str(exc)]
     return None
+
+
+@weft.activity(retry=weft.RetryPolicy(max_attempts=3, initial_backoff=5))
+def fails_then_crashes(key: str) -> str:
+    """Attempt 1 fails; the first run of attempt 2 dies with the process; then it succeeds."""
+    count = _mark(key)
+    if count == 1:
+        raise Refused(f"{key} attempt 1")
+    if count == 2:
+        raise Crash(key)
+    return f"{key}:attempt {weft.activity_info().attempt}"
+
+
+@weft.workflow(name="branches.crash_in_retry")
+def crash_in_retry(ctx: weft.Context, spec: dict) -> object:
+    if spec["branch"]:
+        return ctx.start_activity(fails_then_crashes, spec["key"]).result()
+    return ctx.run(fails_then_crashes, spec["key"])

@@ -48,7 +48,8 @@ class ActivityOps(Branches):
         its return type as the type of the result it is completed with).
 
         Typed like a call of ``fn``: a type checker reports arguments ``fn`` does not take, and the
-        result has ``fn``'s return type.
+        result has ``fn``'s return type. (For an ``async def`` activity a type checker sees the coroutine
+        type; ``ctx.start_activity(fn, ...).result()`` is typed with what it returns when awaited.)
         """
         definition = definition_of(fn)
         seq, step = self._next(StepKind.ACTIVITY, definition.name)
@@ -60,13 +61,16 @@ class ActivityOps(Branches):
         started = clock.now()
         if step is not None:  # waiting: out a retry backoff, or for an async completion
             timer = self._timers.get(seq)
-            if timer is None or timer.purpose != TimerPurpose.RETRY_BACKOFF:
+            if self._backoff_over(seq, step, timer):
+                pass  # the next attempt began before a crash cut it short: it runs again
+            elif timer is None or timer.purpose != TimerPurpose.RETRY_BACKOFF:
                 return self._resume_async(seq, step, definition, timer)
-            if timer.fire_at > clock.now():
+            elif timer.fire_at > clock.now():
                 self._park(wake_at=timer.fire_at,
                            reason=f"retrying {definition.name} (attempt {step.attempt + 1}) at "
                                   f"{timer.fire_at.isoformat()}")
-            self._defer(journal.FireTimer(timer.pk, clock.now()))
+            else:
+                self._defer(journal.FireTimer(timer.pk, clock.now()))
             attempt = step.attempt + 1
             started = step.started_at
         self._before_new_work(side_effects=True)

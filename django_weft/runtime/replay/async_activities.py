@@ -68,6 +68,12 @@ class AsyncActivityOps(AttemptOps):
             self._defer(journal.FireTimer(timer.pk, now))
         return self._apply_resolution(seq, step, definition, step.attempt, step.started_at, record)
 
+    def _backoff_over(self, seq: int, step: WorkflowStep, timer: Timer | None) -> bool:
+        """A waiting step whose retry backoff timer has fired (the fire commits before the next attempt
+        starts): that attempt was cut short by a crash. An async wait has a record, or no error yet."""
+        return timer is None and step.error is not None and not AsyncActivity.objects.filter(
+            run_id=self.run_id, seq=seq, attempt=step.attempt).exists()
+
     def _token_used_first(self, seq: int, attempt: int) -> AsyncActivity | None:
         """A body that handed its token out and then returned or raised may have been resolved by its token
         meanwhile: a token resolves its attempt once, and the first resolution wins."""

@@ -119,7 +119,8 @@ class Pending(Generic[T]):
             return True
         return False
 
-    def _write_row(self, status: str, *, attempt: int = 1, result: bytes | None = None, error: dict | None = None,
+    def _write_row(self, status: str, *, attempt: int = 1, result: bytes | memoryview | None = None,
+                   error: dict | None = None,
                    finished: bool = True) -> None:
         """Record the branch's row as it is now. A row whose insert is still deferred (it has no pk) is
         written as it is at commit time, so it is changed in place."""
@@ -172,8 +173,7 @@ class ActivityBranch(Pending[T]):
         timer = self._ctx._timers.get(self.seq)
         if timer is not None and timer.purpose == TimerPurpose.RETRY_BACKOFF:
             self._retry_timer, self._attempt = timer, row.attempt + 1
-        elif timer is None and row.error is not None and not AsyncActivity.objects.filter(
-                run_id=self._ctx.run_id, seq=self.seq, attempt=row.attempt).exists():
+        elif self._ctx._backoff_over(self.seq, row, timer):
             self._attempt = row.attempt + 1  # its backoff timer fired, then the next attempt was cut short
             self._dispatch()
         else:

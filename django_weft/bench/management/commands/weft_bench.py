@@ -1,7 +1,8 @@
 """manage.py weft_bench: throughput and latency of django_weft, as ratios of the database's commit rate.
 
 Only in projects with ``"django_weft.bench"`` in INSTALLED_APPS. ``--processes``, ``--celery-workers`` and
-``--latency`` execute in subprocesses: see django_weft.bench.processes, .celery_worker and .latency. It
+``--latency`` execute in subprocesses: see django_weft.bench.processes, .celery_worker and .latency;
+``--parallel`` compares parallel branches with sequential steps (django_weft.bench.parallel). It
 refuses to run beside live executors, and deletes what it created however it ends: normally, on an error,
 on Ctrl-C or SIGTERM (a second signal exits at once, without the cleanup).
 """
@@ -82,7 +83,12 @@ class Command(BaseCommand):
         "the first start to the latest finished_at, and completion is polled from the database. With "
         "--latency M it measures the signal-to-resume latency of an idle weft_maintenance (--interval S): "
         "M runs wait for a signal, which is sent to each after a random pause of 0..S, with PostgreSQL "
-        "NOTIFY on and off (see django_weft.bench.latency). It refuses to run while executors are live "
+        "NOTIFY on and off (see django_weft.bench.latency). With --parallel K[,K...] it times, one run at a time, "
+        "runs that gather K activities waiting --sleep-seconds each (time.sleep, and async def with "
+        "asyncio.sleep) against runs doing the same K activities one ctx.run after another, and the same with "
+        "activities that return at once (the overhead per branch); the gathers run with "
+        "WEFT_MAX_PARALLEL_ACTIVITIES raised to at least K, and again at the configured limit for K above it "
+        "(see django_weft.bench.parallel). It refuses to run while executors are live "
         "on the database (their heartbeat rows), and deletes what it created on every exit path, SIGTERM and "
         "Ctrl-C included."
     )
@@ -134,6 +140,13 @@ class Command(BaseCommand):
         parser.add_argument("--latency", type=int, default=None, metavar="M",
                             help="Measure the signal-to-resume latency of an idle weft_maintenance over M "
                                  "signals, with NOTIFY on and off.")
+        parser.add_argument("--parallel", default=None, metavar="K[,K...]",
+                            help="Time runs gathering K activities that wait --sleep-seconds each against the "
+                                 "sequential form and the overhead per branch, for each K (e.g. 1,8,32).")
+        parser.add_argument("--sleep-seconds", type=float, default=None,
+                            help="With --parallel: how long each activity waits (default 0.2).")
+        parser.add_argument("--repeat", type=int, default=None,
+                            help="With --parallel: runs per figure, whose median is reported (default 3).")
         parser.add_argument("--interval", type=float, default=None,
                             help="Poll interval of the weft_maintenance subprocesses (--latency: default 1; "
                                  "--processes: default WEFT_POLL_INTERVAL).")
@@ -155,6 +168,16 @@ class Command(BaseCommand):
 
     def handle_mode(self, *, workflows: int | None, schedules: int | None, profile: str | None, steps: int,
                     workers: int, probe_seconds: float, timeout: float, keep: bool, **options: Any) -> None:
+        if options.get("parallel") is not None:
+            alone = ("seed_runs", "processes", "celery_workers", "latency", "interval")
+            if workflows is not None or schedules is not None or profile is not None or any(
+                    options.get(name) is not None for name in alone):
+                raise CommandError("--parallel goes alone (with --sleep-seconds, --repeat, --timeout, --keep)")
+            self.handle_parallel(options["parallel"], options.get("sleep_seconds"), options.get("repeat"),
+                                 timeout=timeout, keep=keep)
+            return
+        if options.get("sleep_seconds") is not None or options.get("repeat") is not None:
+            raise CommandError("--sleep-seconds and --repeat go with --parallel")
         if options.get("seed_runs") is not None:
             self.handle_seed(options["seed_runs"], options["seed_steps"], keep=keep)
             return
@@ -324,4 +347,39 @@ class Command(BaseCommand):
             f = figures[key]
             self.stdout.write(f"{key.replace('_', ' ')} ({f['wakeups']}): p50 {f['p50_ms']:.0f} ms, "
                               f"p95 {f['p95_ms']:.0f} ms, max {f['max_ms']:.0f} ms")
+        self.stdout.write(json.dumps(figures, sort_keys=False))
+
+    def handle_parallel(self, parallel: str, sleep_seconds: float | None, repeat: int | None, *, timeout: float,
+                        keep: bool) -> None:
+        from django_weft.bench.core import BenchError
+        from django_weft.bench.parallel import (
+            DEFAULT_REPEAT,
+            DEFAULT_SLEEP_SECONDS,
+            format_table,
+            parse_branch_counts,
+            run_parallel_bench,
+        )
+
+        try:
+            branch_counts = parse_branch_counts(parallel)
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
+        sleep_seconds = DEFAULT_SLEEP_SECONDS if sleep_seconds is None else sleep_seconds
+        repeat = DEFAULT_REPEAT if repeat is None else repeat
+        if sleep_seconds <= 0:
+            raise CommandError("--sleep-seconds must be positive")
+        if repeat < 1:
+            raise CommandError("--repeat must be at least 1")
+        if timeout <= 0:
+            raise CommandError("--timeout must be positive")
+
+        self.refuse_beside_live_executors()
+        progress = self.progress_writer()
+        try:
+            figures = run_parallel_bench(branch_counts=branch_counts, sleep_seconds=sleep_seconds, repeat=repeat,
+                                         timeout=timeout, keep=keep, progress=progress)
+        except BenchError as exc:
+            raise CommandError(f"weft_bench: {exc}") from None
+        for line in format_table(figures):
+            self.stdout.write(line)
         self.stdout.write(json.dumps(figures, sort_keys=False))
