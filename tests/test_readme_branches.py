@@ -1,0 +1,69 @@
+"""The README's "Parallel branches" example, as written there. If this file needs a change, the README
+needs the same one."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+import django_weft as weft
+
+pytestmark = pytest.mark.django_db
+
+sent: list[str] = []
+
+
+@weft.activity
+def charge_card(order_id: int) -> str:
+    return f"receipt-{order_id}"
+
+
+@weft.activity
+def print_label(order_id: int) -> str:
+    return f"tracking-{order_id}"
+
+
+@weft.activity
+def send_invoice(customer: str) -> str:
+    sent.append(customer)
+    return f"invoice for {customer}"
+
+
+# --- README, "Parallel branches" --------------------------------------------------------------------------
+
+
+@weft.workflow(name="fulfil")
+def fulfil(ctx, order_id):
+    charge = ctx.start_activity(charge_card, order_id)        # starts now, returns a Pending
+    label = ctx.start_activity(print_label, order_id)
+    receipt, tracking = ctx.gather(charge, label)             # both at once, results in the order given
+
+    index, answer = ctx.race(
+        ctx.start_wait_for_signal("approval"),
+        ctx.start_timer(timedelta(days=2)),
+    )                                                          # the first to settle wins; index says which
+    if index == 1:
+        return "expired"
+    return ctx.map(send_invoice, answer["customers"], max_parallel=10)   # one activity per item
+
+
+# --- end of the README's code -------------------------------------------------------------------------
+
+
+def test_the_readme_fan_out_invoices_once_approved(weft_env):
+    sent.clear()
+    handle = weft.start("fulfil", 7)
+    weft_env.drive()
+    assert handle.refresh().awaiting_signals == ["approval"]
+    handle.signal("approval", {"customers": ["ann", "bob", "cy"]})
+    weft_env.drive()
+    assert handle.result() == ["invoice for ann", "invoice for bob", "invoice for cy"]
+    assert sorted(sent) == ["ann", "bob", "cy"]
+
+
+def test_the_readme_fan_out_expires_after_two_days(weft_env):
+    handle = weft.start("fulfil", 8)
+    weft_env.drive()
+    weft_env.advance(timedelta(days=2))
+    assert handle.result() == "expired"
