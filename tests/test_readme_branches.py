@@ -44,8 +44,9 @@ def fulfil(ctx, order_id):
         ctx.start_timer(timedelta(days=2)),
     )                                                          # the first to settle wins; index says which
     if index == 1:
-        return "expired"
-    return ctx.map(send_invoice, answer["customers"], max_parallel=10)   # one activity per item
+        return {"receipt": receipt, "tracking": tracking, "invoices": "expired"}
+    invoices = ctx.map(send_invoice, answer["customers"], max_parallel=10)   # one activity per item
+    return {"receipt": receipt, "tracking": tracking, "invoices": invoices}
 
 
 # --- end of the README's code -------------------------------------------------------------------------
@@ -58,7 +59,8 @@ def test_the_readme_fan_out_invoices_once_approved(weft_env):
     assert handle.refresh().awaiting_signals == ["approval"]
     handle.signal("approval", {"customers": ["ann", "bob", "cy"]})
     weft_env.drive()
-    assert handle.result() == ["invoice for ann", "invoice for bob", "invoice for cy"]
+    assert handle.result() == {"receipt": "receipt-7", "tracking": "tracking-7",
+                               "invoices": ["invoice for ann", "invoice for bob", "invoice for cy"]}
     assert sorted(sent) == ["ann", "bob", "cy"]
 
 
@@ -66,4 +68,4 @@ def test_the_readme_fan_out_expires_after_two_days(weft_env):
     handle = weft.start("fulfil", 8)
     weft_env.drive()
     weft_env.advance(timedelta(days=2))
-    assert handle.result() == "expired"
+    assert handle.result()["invoices"] == "expired"

@@ -48,6 +48,7 @@ from .run_inlines import (
     hidden_token,
     may_complete_async,
 )
+from .timeline import build_timeline, journal_rows
 
 if TYPE_CHECKING:
     pass
@@ -242,6 +243,12 @@ class WorkflowAdmin(OperationsMixin, ReadOnlyMixin, admin.ModelAdmin):
                                 "url": reverse("admin:django_weft_workflow_async", args=[run.pk])})
             extra_context["weft_buttons"] = buttons
         return super().change_view(request, object_id, form_url, extra_context)
+
+    def render_change_form(self, request: HttpRequest, context: dict[str, Any], add: bool = False,
+                           change: bool = False, form_url: str = "", obj: Workflow | None = None) -> HttpResponse:
+        if obj is not None:  # the branch timeline, from the rows the journal inline loaded
+            context["weft_timeline"] = build_timeline(obj, journal_rows(context, obj))
+        return super().render_change_form(request, context, add, change, form_url, obj)
 
     # --- actions ----------------------------------------------------------------------------------
 

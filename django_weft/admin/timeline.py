@@ -1,0 +1,349 @@
+"""The run page's branch timeline: one bar per journal step, placed by its start and finish relative to the
+run's start, in lanes so that steps which overlapped in time (parallel branches) sit side by side; race
+winners and losers are marked.
+
+The rows are the journal inline's own (already loaded for the page), so the timeline costs no query of its
+own. Everything here is plain data for ``admin/django_weft/workflow/timeline.html``, which escapes it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.utils.translation import gettext as _t
+
+from .. import clock
+from ..codec import decode
+from ..models import StepKind, StepStatus, Workflow, WorkflowStep
+from . import common
+from .common import BADGE_COLOURS, human_duration
+
+# What a branch that lost a race records (runtime.replay.branches.Branches.race).
+LOST_RACE = re.compile(r"lost the race of step (\d+) to step (\d+)")
+# Steps named in one "overlapped with" note; the rest are counted.
+MAX_OVERLAPS_NAMED = 5
+# Journal positions named in the "not recorded" note; the rest are counted.
+MAX_UNRECORDED_NAMED = 10
+# Where the scale is labelled, as fractions of the timeline.
+TICKS = (0.0, 0.25, 0.5, 0.75, 1.0)
+# The shortest span a timeline divides by, so a run whose steps all took no time still draws.
+MIN_TOTAL = timedelta(milliseconds=1)
+
+
+@dataclass(frozen=True)
+class Span:
+    """A step's place in time; ``open`` when it has not finished (its end is then the timeline's end)."""
+
+    seq: int
+    start: datetime
+    end: datetime
+    open: bool
+
+    @property
+    def instant(self) -> bool:
+        return self.end <= self.start
+
+    def overlaps(self, other: Span) -> bool:
+        return self.start < other.end and other.start < self.end
+
+
+@dataclass
+class Races:
+    """Who won and lost each race of the journal, as far as its rows say."""
+
+    won: dict[int, int] = field(default_factory=dict)  # winner's seq -> the race's seq
+    lost: dict[int, int | None] = field(default_factory=dict)  # loser's seq -> the race's seq, if known
+    winner: dict[int, int] = field(default_factory=dict)  # race's seq -> the winner's seq
+    index: dict[int, int | None] = field(default_factory=dict)  # race's seq -> the winning branch's index
+
+
+@dataclass
+class Bar:
+    """One step drawn on the timeline."""
+
+    seq: int
+    kind: str
+    kind_label: str
+    name: str
+    status: str
+    status_label: str
+    lane: int  # 1-based, as shown
+    left: str  # CSS percentages, formatted here (a template would localize a float's decimal point)
+    width: str
+    offset: str  # "+1.5 s" from the run's start
+    length: str  # "3.0 s", "2m 10s so far"
+    open: bool
+    instant: bool
+    role: str = ""  # "won", "lost", "race" or ""
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def colour(self) -> str:
+        return BADGE_COLOURS.get(self.status, "#6c757d")
+
+    @property
+    def css(self) -> str:
+        classes = ["weft-bar", f"weft-{self.status}", f"weft-kind-{self.kind}"]
+        classes += [name for name, on in (("weft-open", self.open), ("weft-instant", self.instant),
+                                          (f"weft-{self.role}", bool(self.role))) if on]
+        return " ".join(classes)
+
+    @property
+    def label(self) -> str:
+        mark = {"won": "★ ", "lost": "✕ "}.get(self.role, "")
+        return f"{mark}#{self.seq} {self.name}"
+
+    @property
+    def title(self) -> str:
+        head = f"#{self.seq} {self.kind_label} {self.name}: {self.status_label}, {self.offset}, {self.length}"
+        return "; ".join([head, *self.notes])
+
+
+@dataclass(frozen=True)
+class Tick:
+    left: str
+    label: str
+    end: bool
+
+
+@dataclass
+class Timeline:
+    origin: datetime
+    lanes: list[list[Bar]]
+    bars: list[Bar]
+    ticks: list[Tick]
+    unrecorded: str = ""  # the journal positions without a row, "2, 5 and 3 more"
+    unrecorded_note: str = ""
+    truncated_at: int | None = None  # the row limit, when the journal may be longer
+
+    @property
+    def notable(self) -> list[Bar]:
+        """Steps with something to say: they overlapped, raced, or are still open."""
+        return [bar for bar in self.bars if bar.notes]
+
+
+# --- rows ---------------------------------------------------------------------------------------------------
+
+
+def journal_rows(context: dict[str, Any], run: Workflow) -> list[WorkflowStep]:
+    """The run's journal rows as the page's journal inline loaded them (one query for both); queried the
+    same way if the page has no journal inline."""
+    for inline in context.get("inline_admin_formsets") or ():
+        if inline.formset.model is WorkflowStep:
+            return list(inline.formset.get_queryset())
+    return list(WorkflowStep.objects.filter(run=run).order_by("seq")[:common.MAX_INLINE_ROWS])
+
+
+# --- time -----------------------------------------------------------------------------------------------------
+
+
+def open_end(run: Workflow, steps: Sequence[WorkflowStep], now: datetime) -> datetime:
+    """Where unfinished steps end on the timeline: now while the run is open, else when it finished."""
+    if not run.is_finished:
+        return now
+    ends = [step.finished_at for step in steps if step.finished_at is not None]
+    return max([run.finished_at or now, *ends])
+
+
+def span_of(step: WorkflowStep, end_of_open: datetime) -> Span:
+    if step.finished_at is None:
+        return Span(step.seq, step.started_at, max(step.started_at, end_of_open), open=True)
+    return Span(step.seq, step.started_at, max(step.started_at, step.finished_at), open=False)
+
+
+def origin_of(run: Workflow, spans: Sequence[Span]) -> datetime:
+    starts = [span.start for span in spans]
+    return min([run.started_at, *starts]) if run.started_at is not None else min(starts)
+
+
+def percent(part: timedelta, total: timedelta) -> str:
+    share = max(0.0, min(100.0, 100 * part / total))
+    return f"{share:.3f}%"
+
+
+def offset_label(delta: timedelta) -> str:
+    return "+" + human_duration(delta) if delta > timedelta(0) else "0"
+
+
+def ticks(total: timedelta) -> list[Tick]:
+    return [Tick(percent(total * share, total), offset_label(total * share), end=share == 1.0) for share in TICKS]
+
+
+# --- lanes and overlaps -------------------------------------------------------------------------------------
+
+
+def by_start(spans: Iterable[Span]) -> list[Span]:
+    return sorted(spans, key=lambda span: (span.start, span.seq))
+
+
+def assign_lanes(spans: Iterable[Span]) -> dict[int, int]:
+    """seq -> lane (0-based): each step goes to the first lane free at its start, so steps that overlapped
+    are never in one lane, and a lane is reused once what was in it finished."""
+    lane_ends: list[datetime] = []
+    lanes: dict[int, int] = {}
+    for span in by_start(spans):
+        lane = next((i for i, end in enumerate(lane_ends) if end <= span.start), len(lane_ends))
+        if lane == len(lane_ends):
+            lane_ends.append(span.end)
+        else:
+            lane_ends[lane] = span.end
+        lanes[span.seq] = lane
+    return lanes
+
+
+def overlapping(spans: Iterable[Span]) -> dict[int, list[int]]:
+    """seq -> the seqs of the steps it overlapped in time."""
+    ordered = by_start(spans)
+    found: dict[int, list[int]] = {span.seq: [] for span in ordered}
+    for i, span in enumerate(ordered):
+        for later in ordered[i + 1:]:
+            if later.start >= span.end:
+                break  # the rest start later still
+            if span.overlaps(later):
+                found[span.seq].append(later.seq)
+                found[later.seq].append(span.seq)
+    return {seq: sorted(seqs) for seq, seqs in found.items()}
+
+
+# --- races --------------------------------------------------------------------------------------------------
+
+
+def race_index(step: WorkflowStep) -> int | None:
+    """The winning branch's index a race row records; None if it cannot be read."""
+    try:
+        value = decode(step.result)
+    except Exception:
+        return None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def lost_race(step: WorkflowStep, race_seqs: Sequence[int]) -> tuple[int | None, int | None]:
+    """(the race's seq, the winner's seq) for a cancelled branch: from the reason it records, or else the
+    first race after it (the winner then unknown)."""
+    message = (step.error or {}).get("message") if isinstance(step.error, dict) else None
+    match = LOST_RACE.search(message) if isinstance(message, str) else None
+    if match:
+        return int(match.group(1)), int(match.group(2))
+    return next((seq for seq in race_seqs if seq > step.seq), None), None
+
+
+def read_races(steps: Sequence[WorkflowStep]) -> Races:
+    races = Races()
+    race_seqs = sorted(step.seq for step in steps if step.kind == StepKind.RACE)
+    for step in steps:
+        if step.kind == StepKind.RACE:
+            races.index[step.seq] = race_index(step)
+    for step in steps:
+        if step.status != StepStatus.CANCELLED:
+            continue
+        race, winner = lost_race(step, race_seqs)
+        races.lost[step.seq] = race
+        if race is not None and winner is not None:
+            races.winner.setdefault(race, winner)
+            races.won.setdefault(winner, race)
+    return races
+
+
+def race_notes(seq: int, races: Races) -> tuple[str, list[str]]:
+    """(role, notes) of a step in the journal's races."""
+    if seq in races.index:
+        index, winner = races.index[seq], races.winner.get(seq)
+        if winner is not None:
+            return "race", [_t("race winner: step %(winner)s (branch %(index)s)") % {
+                "winner": winner, "index": "?" if index is None else index}]
+        if index is not None:
+            return "race", [_t("race winner: branch %(index)s") % {"index": index}]
+        return "race", [_t("race winner: unreadable")]
+    if seq in races.lost:
+        race = races.lost[seq]
+        if race is None:
+            return "lost", [_t("cancelled: lost a race")]
+        return "lost", [_t("cancelled: lost race at step %(race)s") % {"race": race}]
+    if seq in races.won:
+        return "won", [_t("won race at step %(race)s") % {"race": races.won[seq]}]
+    return "", []
+
+
+# --- notes ----------------------------------------------------------------------------------------------------
+
+
+def named(seqs: Sequence[int], limit: int) -> str:
+    """ "#2, #5 and 3 more"."""
+    shown = ", ".join(f"#{seq}" for seq in seqs[:limit])
+    if len(seqs) > limit:
+        return _t("%(shown)s and %(more)d more") % {"shown": shown, "more": len(seqs) - limit}
+    return shown
+
+
+def overlap_note(seqs: Sequence[int]) -> list[str]:
+    return [_t("overlapped with %(steps)s") % {"steps": named(seqs, MAX_OVERLAPS_NAMED)}] if seqs else []
+
+
+def open_note(run: Workflow, step: WorkflowStep) -> list[str]:
+    if step.finished_at is not None:
+        return []
+    if run.is_finished:
+        return [_t("unfinished when the run ended")]
+    return [_t("still open (%(status)s)") % {"status": step.get_status_display()}]
+
+
+def unrecorded(steps: Sequence[WorkflowStep]) -> list[int]:
+    """Journal positions below the last one that have no row: branches started whose row is written only
+    when they settle."""
+    seqs = {step.seq for step in steps}
+    return [seq for seq in range(1, max(seqs, default=0)) if seq not in seqs]
+
+
+def unrecorded_note(run: Workflow) -> str:
+    if run.is_finished:
+        return _t("branches that did not settle before the run ended")
+    return _t("branches still running (a branch's row is written when it settles)")
+
+
+# --- the timeline ---------------------------------------------------------------------------------------------
+
+
+def make_bar(step: WorkflowStep, span: Span, lane: int, origin: datetime, total: timedelta,
+             role: str, notes: list[str]) -> Bar:
+    length = human_duration(span.end - span.start)
+    return Bar(
+        seq=step.seq, kind=step.kind, kind_label=str(step.get_kind_display()), name=step.name,
+        status=step.status, status_label=str(step.get_status_display()), lane=lane + 1,
+        left=percent(span.start - origin, total), width=percent(span.end - span.start, total),
+        offset=offset_label(span.start - origin),
+        length=_t("%(length)s so far") % {"length": length} if span.open and not span.instant else length,
+        open=span.open, instant=span.instant, role=role, notes=notes,
+    )
+
+
+def in_lanes(bars: Sequence[Bar]) -> list[list[Bar]]:
+    lanes: list[list[Bar]] = [[] for _ in range(max((bar.lane for bar in bars), default=0))]
+    for bar in bars:
+        lanes[bar.lane - 1].append(bar)
+    return lanes
+
+
+def build_timeline(run: Workflow, steps: Sequence[WorkflowStep], now: datetime | None = None) -> Timeline | None:
+    """The timeline of ``steps`` (the run's journal rows, in seq order); None for a run without steps."""
+    if not steps:
+        return None
+    end_of_open = open_end(run, steps, now or clock.now())
+    spans = {step.seq: span_of(step, end_of_open) for step in steps}
+    origin = origin_of(run, list(spans.values()))
+    total = max(MIN_TOTAL, max(span.end for span in spans.values()) - origin)
+    lanes, overlaps, races = assign_lanes(spans.values()), overlapping(spans.values()), read_races(steps)
+    bars = []
+    for step in steps:
+        role, notes = race_notes(step.seq, races)
+        notes = [*notes, *overlap_note(overlaps[step.seq]), *open_note(run, step)]
+        bars.append(make_bar(step, spans[step.seq], lanes[step.seq], origin, total, role, notes))
+    truncated = len(steps) >= common.MAX_INLINE_ROWS
+    missing = [] if truncated else unrecorded(steps)
+    return Timeline(origin=origin, lanes=in_lanes(bars), bars=bars, ticks=ticks(total),
+                    unrecorded=named(missing, MAX_UNRECORDED_NAMED) if missing else "",
+                    unrecorded_note=unrecorded_note(run) if missing else "",
+                    truncated_at=common.MAX_INLINE_ROWS if truncated else None)
