@@ -129,16 +129,17 @@ class Branches(AsyncActivityOps, Signals):
         queue = list(items)
         limit = max_parallel or max(1, len(queue))
         started: list[Pending[Any]] = []
-        while len(started) < len(queue) or not all(branch.done for branch in started):
-            unsettled = [branch for branch in started if not branch.done]
-            while len(started) < len(queue) and len(unsettled) < limit:
+        window: list[Pending[Any]] = []  # started and not settled yet
+        while len(started) < len(queue) or window:
+            while len(started) < len(queue) and len(window) < limit:
                 branch = self.start_activity(fn, queue[len(started)])
                 started.append(branch)
-                if not branch.done:
-                    unsettled.append(branch)
-            if unsettled:
-                self._wait_for(unsettled, first=True)
+                window.append(branch)
+            window = [branch for branch in window if not branch.done]
+            if window:
+                self._wait_for(window, first=True)
                 self._commit_deferred()
+                window = [branch for branch in window if not branch.done]
         return self.gather(*started)
 
     # --- waiting ---
@@ -160,23 +161,27 @@ class Branches(AsyncActivityOps, Signals):
     def _wait_for(self, branches: list[Pending[Any]], *, first: bool) -> None:
         """Return once every branch (``first``: one) settled, committing settled rows as they come; park
         when nothing runs and nothing can settle yet."""
-        while True:
+        remaining = [branch for branch in branches if not branch.done]
+        if first and len(remaining) < len(branches):
+            return
+        while remaining:
             now = clock.now()
-            for branch in branches:
+            unsettled = []
+            for branch in remaining:
                 branch.poll(now)
-                if first and branch.done:
+                if not branch.done:
+                    unsettled.append(branch)
+                elif first:
                     return  # a race's winner is committed with the race's record
-            if not first:
-                self._commit_deferred()  # what settled is kept, whatever happens next
-                if all(branch.done for branch in branches):
-                    return
-            else:
-                self._commit_deferred()  # retries scheduled, async attempts recorded: nothing settled yet
-            running = [branch for branch in branches if branch.running]
+            remaining = unsettled
+            # Settled rows are kept whatever happens next (with ``first``, nothing settled yet: what commits
+            # here are retries scheduled and async attempts recorded).
+            self._commit_deferred()
+            running = [branch for branch in remaining if branch.running]
             if running:
-                self._wait_running(running, [b for b in branches if not b.done])
-                continue
-            self._park_on(branches)
+                self._wait_running(running, remaining)
+            elif remaining:
+                self._park_on(remaining)
 
     def _wait_running(self, running: list[Pending[Any]], unsettled: list[Pending[Any]]) -> None:
         futures = [cast(ActivityBranch[Any], branch)._future for branch in running]
@@ -212,9 +217,11 @@ class Branches(AsyncActivityOps, Signals):
 
     def _before_new_work(self, *, side_effects: bool) -> None:
         """Branches that settled meanwhile are recorded first, so their rows commit before the new work."""
-        for branch in self._open_branches:
-            if branch.running:
-                cast(ActivityBranch[Any], branch).poll_attempt()
+        if self._open_branches:
+            for branch in self._open_branches:
+                if branch.running:
+                    cast(ActivityBranch[Any], branch).poll_attempt()
+            self._open_branches = [branch for branch in self._open_branches if not branch.done]
         super()._before_new_work(side_effects=side_effects)
 
     def _park(self, *, wake_at: datetime | None, reason: str, writes: Sequence[journal.JournalWrite] = (),
