@@ -151,7 +151,7 @@ def open_end(run: Workflow, steps: Sequence[WorkflowStep], now: datetime) -> dat
 
 def span_of(step: WorkflowStep, end_of_open: datetime) -> Span:
     if step.finished_at is None:
-        return Span(step.seq, step.started_at, step.started_at, open=True)
+        return Span(step.seq, step.started_at, max(step.started_at, end_of_open), open=True)
     return Span(step.seq, step.started_at, max(step.started_at, step.finished_at), open=False)
 
 
