@@ -4,6 +4,7 @@ marked, open steps open-ended, names escaped, and no query of its own."""
 from __future__ import annotations
 
 import html
+import os
 import re
 from datetime import timedelta
 from html.parser import HTMLParser
@@ -124,7 +125,8 @@ def test_race_winner_and_loser_are_marked(staff_client, branched_run):
     assert "cancelled: lost race at step 4" in note_of(body, 3)
     assert "race winner: step 2 (branch 0)" in note_of(body, 4)
     assert "won race" not in note_of(body, 1) and "lost race" not in note_of(body, 1)
-    assert "overlapped with #2, #3" in note_of(body, 1)
+    assert "overlapped with #2, #3" in note_of(body, 1) and "#4" not in note_of(body, 1)  # the race took no time
+    assert "overlapped" not in note_of(body, 4)
     assert "still open (Waiting)" in note_of(body, 6)
     assert 5 not in [int(s) for s in re.findall(r'<li data-seq="(\d+)">', timeline_of(body))]  # nothing to say
 
@@ -207,3 +209,34 @@ def test_a_run_without_steps_has_no_timeline(staff_client):
     handle = weft.start("test.collect", 1, workflow_id="empty")
     page = staff_client.get(run_url(handle.run_id))
     assert page.status_code == 200 and "weft-timeline" not in page.content.decode()
+
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)  # live_server's thread must see the test's rows
+def test_overlapping_bars_are_drawn_side_by_side_in_a_browser(live_server, monkeypatch, branched_run):
+    sync_api = pytest.importorskip("playwright.sync_api", reason="needs the playwright package")
+    chromium = os.environ.get("WEFT_CHROMIUM", "/usr/bin/chromium")
+    if not os.access(chromium, os.X_OK):
+        pytest.skip(f"needs Chromium at {chromium} (apt-get install chromium)")
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # Playwright's loop runs in this thread
+    get_user_model().objects.create_superuser("lanes", "lanes@example.com", "lanes-pw")
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, headless=True,
+                                             args=["--headless", "--no-sandbox", "--disable-gpu"])
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.set_default_timeout(15_000)
+            page.goto(f"{live_server.url}/admin/login/?next={run_url(branched_run.run_id)}")
+            page.fill("#id_username", "lanes")
+            page.fill("#id_password", "lanes-pw")
+            page.get_by_role("button", name="Log in").click()
+            boxes = {seq: page.locator(f"#weft-timeline .weft-bar[data-seq='{seq}']").bounding_box()
+                     for seq in (1, 2, 3, 5, 6)}
+        finally:
+            browser.close()
+    assert all(boxes.values()), boxes
+    tops = {seq: round(box["y"]) for seq, box in boxes.items()}
+    assert len({tops[1], tops[2], tops[3]}) == 3 and tops[5] == tops[6] == tops[1]  # lanes are rows
+    # In time order from left to right, each as long as it took: #1 took 10 s, #2 4 s (of 60 s).
+    assert boxes[1]["x"] < boxes[3]["x"] < boxes[2]["x"] < boxes[5]["x"] < boxes[6]["x"]
+    assert boxes[1]["width"] == pytest.approx(boxes[2]["width"] * 10 / 4, rel=0.05)

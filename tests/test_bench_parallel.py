@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from datetime import timedelta
 from io import StringIO
 
@@ -14,6 +15,7 @@ from django.test.utils import override_settings
 from django.utils import timezone
 
 from django_weft.bench.parallel import (
+    NOOP_REPEAT_FACTOR,
     PARALLEL_WORKFLOW,
     SLEEP_ACTIVITY,
     max_overlap,
@@ -52,8 +54,11 @@ def test_parallel_bench_reports_each_k_beside_its_sequential_form_and_at_the_con
             assert 1 <= row[form]["max_concurrent"] <= row["limit"], (form, row)
         for key in ("sequential", "gather", "async_gather", "noop_sequential", "noop_gather"):
             assert row[key]["seconds"] > 0, (key, row)
-    # A warm-up and an empty run; per K the two sequential forms, per limit the three gathers.
-    assert figures["runs"] == 2 + (2 + 3) + (2 + 3 + 3)
+    # A warm-up and the empty runs; per K the two sequential forms, per limit the three gathers (no-op ones
+    # and empty ones noop_repeat times).
+    n = figures["noop_repeat"]
+    assert figures["repeat"] == 1 and n == NOOP_REPEAT_FACTOR
+    assert figures["runs"] == 1 + n + (1 + n + (2 + n)) + (1 + n + 2 * (2 + n))
     assert not Workflow.objects.exists()  # deleted afterwards
 
     assert "WEFT_MAX_PARALLEL_ACTIVITIES: configured 2" in lines[1]
@@ -72,20 +77,21 @@ def test_parallel_bench_runs_complete_with_one_result_per_activity_through_the_a
     assert [(row["branches"], row["limit"]) for row in figures["rows"]] == [(2, 8)]
     assert len(table_rows(lines, 2, "8")) == 2
     runs = list(Workflow.objects.filter(workflow_type=PARALLEL_WORKFLOW))
-    assert len(runs) == figures["runs"] == 2 + 2 + 3
-    specs = []
+    n = figures["noop_repeat"]
+    assert len(runs) == figures["runs"] == 1 + n + (1 + n) + (2 + n)
+    specs = Counter()
     for run in runs:
         assert run.status == RunStatus.COMPLETED, (run.pk, run.error)
         spec, result = decode(run.input), decode(run.result)
-        specs.append((spec["form"], spec["branches"], spec["async"], spec["seconds"]))
+        specs[spec["form"], spec["branches"], spec["async"], spec["seconds"]] += 1
         assert [entry[0] for entry in result] == list(range(spec["branches"]))
         assert WorkflowStep.objects.filter(run=run, kind=StepKind.ACTIVITY,
                                            status=StepStatus.COMPLETED).count() == spec["branches"]
-    assert sorted(specs) == sorted([
-        ("empty", 0, False, 0), ("empty", 0, False, 0),
-        ("sequential", 2, False, 0.01), ("sequential", 2, False, 0),
-        ("gather", 2, False, 0.01), ("gather", 2, True, 0.01), ("gather", 2, False, 0),
-    ])
+    assert specs == {
+        ("empty", 0, False, 0): 1 + n,  # with the warm-up
+        ("sequential", 2, False, 0.01): 1, ("sequential", 2, False, 0): n,
+        ("gather", 2, False, 0.01): 1, ("gather", 2, True, 0.01): 1, ("gather", 2, False, 0): n,
+    }
 
 
 @pytest.mark.django_db(transaction=True)

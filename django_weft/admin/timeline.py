@@ -12,6 +12,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import cached_property
 from typing import Any
 
 from django.utils.translation import gettext as _t
@@ -120,7 +121,7 @@ class Timeline:
     unrecorded_note: str = ""
     truncated_at: int | None = None  # the row limit, when the journal may be longer
 
-    @property
+    @cached_property
     def notable(self) -> list[Bar]:
         """Steps with something to say: they overlapped, raced, or are still open."""
         return [bar for bar in self.bars if bar.notes]
@@ -196,9 +197,11 @@ def assign_lanes(spans: Iterable[Span]) -> dict[int, int]:
 
 
 def overlapping(spans: Iterable[Span]) -> dict[int, list[int]]:
-    """seq -> the seqs of the steps it overlapped in time."""
-    ordered = by_start(spans)
-    found: dict[int, list[int]] = {span.seq: [] for span in ordered}
+    """seq -> the seqs of the steps it overlapped in time. Instants (a race's decision, a clock reading)
+    took no time: they get lanes to be drawn, but are not named as overlapping."""
+    spans = list(spans)
+    found: dict[int, list[int]] = {span.seq: [] for span in spans}
+    ordered = by_start(span for span in spans if not span.instant)
     for i, span in enumerate(ordered):
         for later in ordered[i + 1:]:
             if later.start >= span.end:
@@ -308,14 +311,15 @@ def unrecorded_note(run: Workflow) -> str:
 
 
 def make_bar(step: WorkflowStep, span: Span, lane: int, origin: datetime, total: timedelta,
-             role: str, notes: list[str]) -> Bar:
+             role: str, notes: list[str], *, ongoing: bool) -> Bar:
+    """``ongoing``: the run is open, so an unfinished step's length is "so far"."""
     length = human_duration(span.end - span.start)
     return Bar(
         seq=step.seq, kind=step.kind, kind_label=str(step.get_kind_display()), name=step.name,
         status=step.status, status_label=str(step.get_status_display()), lane=lane + 1,
         left=percent(span.start - origin, total), width=percent(span.end - span.start, total),
         offset=offset_label(span.start - origin),
-        length=_t("%(length)s so far") % {"length": length} if span.open and not span.instant else length,
+        length=_t("%(length)s so far") % {"length": length} if span.open and ongoing else length,
         open=span.open, instant=span.instant, role=role, notes=notes,
     )
 
@@ -340,7 +344,8 @@ def build_timeline(run: Workflow, steps: Sequence[WorkflowStep], now: datetime |
     for step in steps:
         role, notes = race_notes(step.seq, races)
         notes = [*notes, *overlap_note(overlaps[step.seq]), *open_note(run, step)]
-        bars.append(make_bar(step, spans[step.seq], lanes[step.seq], origin, total, role, notes))
+        bars.append(make_bar(step, spans[step.seq], lanes[step.seq], origin, total, role, notes,
+                             ongoing=not run.is_finished))
     truncated = len(steps) >= common.MAX_INLINE_ROWS
     missing = [] if truncated else unrecorded(steps)
     return Timeline(origin=origin, lanes=in_lanes(bars), bars=bars, ticks=ticks(total),

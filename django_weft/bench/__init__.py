@@ -8,5 +8,6 @@
 * :mod:`.processes`: the ``weft_maintenance`` subprocess mode and the timed drive it shares with
   :mod:`.celery_worker`, the Celery-worker mode;
 * :mod:`.latency`: the signal-to-resume latency of an idle loop;
+* :mod:`.parallel`: parallel branches (``ctx.gather``) against the sequential form of the same work (``--parallel``);
 * :mod:`.seed`: a large seeded history and the run admin's timings against it.
 """

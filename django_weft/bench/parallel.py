@@ -11,7 +11,8 @@ For each K, one run at a time, each timed from just before ``weft.start()`` to i
 
 The gather runs execute with WEFT_MAX_PARALLEL_ACTIVITIES raised to at least K (with the default of 8, K=32
 would otherwise take 4 x 0.2 s); for every K above the configured limit the gathers are measured again at
-that limit. Each figure is the median of ``repeat`` runs.
+that limit. Each figure is the median of ``repeat`` runs (of ``repeat x NOOP_REPEAT_FACTOR`` for the no-op
+and empty runs, which last milliseconds).
 
 Runs execute through the engine's normal path, :func:`django_weft.maintenance.execute_runnable` (what
 ``run_maintenance()`` does between its timeouts/schedules and retention), in this thread, on the configured
@@ -47,6 +48,8 @@ SLEEP_ACTIVITY = "weft.bench.parallel.sleep"
 ASYNC_SLEEP_ACTIVITY = "weft.bench.parallel.async_sleep"
 DEFAULT_SLEEP_SECONDS = 0.2
 DEFAULT_REPEAT = 3
+# No-op runs last milliseconds, so their figures are medians of this many times more runs.
+NOOP_REPEAT_FACTOR = 5
 MAX_BRANCHES = 1000
 
 # The workflow's forms.
@@ -186,11 +189,12 @@ def run_parallel_bench(*, branch_counts: list[int], sleep_seconds: float = DEFAU
     rows: list[dict[str, Any]] = []
     try:
         runs.one(form=EMPTY, branches=0, seconds=0)  # warm-up: connection, first queries; not counted
-        empty = runs.median(repeat, form=EMPTY, branches=0, seconds=0)["seconds"]
+        noop_repeat = repeat * NOOP_REPEAT_FACTOR
+        empty = runs.median(noop_repeat, form=EMPTY, branches=0, seconds=0)["seconds"]
         for k in branch_counts:
             progress(f"K={k}: sequential")
             sequential = runs.median(repeat, form=SEQUENTIAL, branches=k, seconds=sleep_seconds)
-            noop_sequential = runs.median(repeat, form=SEQUENTIAL, branches=k, seconds=0)
+            noop_sequential = runs.median(noop_repeat, form=SEQUENTIAL, branches=k, seconds=0)
             limits = [max(k, configured)] + ([configured] if k > configured else [])
             for limit in limits:
                 progress(f"K={k}: gather at WEFT_MAX_PARALLEL_ACTIVITIES={limit}")
@@ -199,7 +203,7 @@ def run_parallel_bench(*, branch_counts: list[int], sleep_seconds: float = DEFAU
                         "gather": runs.median(repeat, form=GATHER, branches=k, seconds=sleep_seconds),
                         "async_gather": runs.median(repeat, form=GATHER, branches=k, seconds=sleep_seconds,
                                                     is_async=True),
-                        "noop_gather": runs.median(repeat, form=GATHER, branches=k, seconds=0),
+                        "noop_gather": runs.median(noop_repeat, form=GATHER, branches=k, seconds=0),
                     }
                 for name, figures in forms.items():
                     if figures["max_concurrent"] > limit:
@@ -217,6 +221,7 @@ def run_parallel_bench(*, branch_counts: list[int], sleep_seconds: float = DEFAU
         "debug": bool(settings.DEBUG),
         "sleep_seconds": sleep_seconds,
         "repeat": repeat,
+        "noop_repeat": noop_repeat,
         "configured_max_parallel_activities": configured,
         "empty_run_seconds": empty,
         "runs": len(run_ids),
@@ -254,7 +259,8 @@ def format_table(figures: dict[str, Any]) -> list[str]:
     sleep = f"{f['sleep_seconds']:g}s"
     lines = [
         f"weft_bench --parallel: {f['vendor']}, {f['cpus']} cpu(s), load {f['loadavg']}; one run at a time, wall "
-        f"time from start() to result, median of {f['repeat']} run(s) per figure",
+        f"time from start() to result, median of {f['repeat']} run(s) per figure ({f['noop_repeat']} for no-op "
+        "and empty runs)",
         f"WEFT_MAX_PARALLEL_ACTIVITIES: configured {f['configured_max_parallel_activities']}; gather runs use "
         f"max(K, {f['configured_max_parallel_activities']}), and K above it is measured at it too (limit marked *)",
         f"an empty run (no activity): {f['empty_run_seconds'] * 1000:.1f} ms",
