@@ -9,13 +9,14 @@ cancels it (a lost race, a passed timeout, a lost run); the attempt learns it at
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from django.db import IntegrityError, connections
+from django.db import DatabaseError, IntegrityError, connections
 
 from . import clock, transitions
 from .codec import decode, encode
@@ -23,6 +24,8 @@ from .exceptions import ActivityCancelled
 from .models import ActivityHeartbeat
 
 T = TypeVar("T")
+
+logger = logging.getLogger("django_weft.heartbeats")
 
 # Heartbeats are written (details stored, lease renewed) at most this often; the last details of an
 # attempt are written when it ends, so throttling loses nothing an attempt reported before it ended.
@@ -125,7 +128,16 @@ class AttemptControl:
         with self._lock:
             unwritten, self._unwritten = self._unwritten, None
             self._last_write = time.monotonic()
-        outside_event_loop(lambda: self._write(unwritten))
+        try:
+            outside_event_loop(lambda: self._write(unwritten))
+        except DatabaseError:
+            # A heartbeat must not fail the work it reports on (a lock timeout, a lost connection): the
+            # lease keeper renews the lease too, and the next beat writes the details again.
+            logger.warning("activity step %s attempt %s: writing a heartbeat failed; the next beat retries",
+                           self._seq, self._attempt, exc_info=True)
+            with self._lock:
+                if self._unwritten is None:
+                    self._unwritten = unwritten
 
     def _write(self, unwritten: tuple[bytes | None] | None) -> None:
         now = clock.now()

@@ -112,3 +112,15 @@ def test_a_fan_out_whose_executor_is_killed_mid_gather_keeps_every_settled_branc
         assert_ran_in(keys[i] + ":end", second)
     assert all(len(pids_of(key)) <= 2 for key in keys)
     assert Execution.objects.count() == len(settled) + 2 * len(in_flight) + len(queued) + len(redone)
+
+
+def test_heartbeat_details_reach_the_next_attempt_after_the_process_died(postgres_only, maintenance):
+    handle = weft.start("branchproc.resume_after_kill", "hb-kill")
+    first = maintenance("first", "--interval", "0.2", **SHORT_LEASE)
+    assert first.wait(30) == -signal.SIGKILL, first.output()  # the activity killed its own process
+    assert journal(handle.run_id) == []  # the attempt never settled
+    second = maintenance("second", "--interval", "0.2", **SHORT_LEASE)
+    wait_until(lambda: handle.refresh().is_finished, "the second process to finish the run", 60, [second])
+    outcome = handle.result(timeout=0)
+    assert outcome == {"resumed_from": {"rows_done": 500}, "pid": second.pid}, outputs([first, second])
+    assert_ran_in("hb-kill", first, second)

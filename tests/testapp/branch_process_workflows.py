@@ -9,6 +9,7 @@ branch returns its index and that pid, so the run's result says which process's 
 from __future__ import annotations
 
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -51,3 +52,20 @@ def fan_out(ctx: weft.Context, spec: dict) -> list:
         for index in range(spec["n"])
     ]
     return ctx.gather(*pendings)
+
+
+@weft.activity(name="branchproc.beats_then_dies", retry=weft.RetryPolicy(max_attempts=1))
+def beats_then_dies(key: str) -> object:
+    """The first execution stores progress with a heartbeat, then its process dies (SIGKILL); the next
+    execution, in another process, starts from the stored progress."""
+    info = weft.activity_info()
+    mark(key)
+    if info.heartbeat_details is None:
+        weft.heartbeat({"rows_done": 500})
+        os.kill(os.getpid(), signal.SIGKILL)
+    return {"resumed_from": info.heartbeat_details, "pid": os.getpid()}
+
+
+@weft.workflow(name="branchproc.resume_after_kill")
+def resume_after_kill(ctx: weft.Context, key: str) -> object:
+    return ctx.start_activity(beats_then_dies, key).result()

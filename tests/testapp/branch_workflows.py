@@ -8,6 +8,8 @@ import threading
 import time
 from datetime import timedelta
 
+from django.db import connections
+
 import django_weft as weft
 
 from .models import Execution
@@ -16,6 +18,14 @@ from .models import Execution
 def _mark(key: str) -> int:
     Execution.objects.create(key=key, pid=os.getpid())
     return Execution.objects.filter(key=key).count()
+
+
+def _mark_and_close(key: str) -> int:
+    """_mark from a thread of the event loop's executor, which keeps no connection open afterwards."""
+    try:
+        return _mark(key)
+    finally:
+        connections.close_all()
 
 
 # Activities that meet at a barrier can only finish if they run at the same time.
@@ -238,7 +248,7 @@ def async_run(ctx: weft.Context, value: int) -> list:
 
 @weft.activity(retry=weft.RetryPolicy(max_attempts=2, initial_backoff=0), timeout=0.3)
 async def async_slow_once(key: str) -> str:
-    if await asyncio.to_thread(_mark, key) == 1:
+    if await asyncio.to_thread(_mark_and_close, key) == 1:
         await asyncio.sleep(5)
     return f"{key}:attempt {weft.activity_info().attempt}"
 
