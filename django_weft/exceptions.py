@@ -68,11 +68,12 @@ class ActivityError(WeftError):
     Raised inside the workflow by ``ctx.run``; catch it to compensate.
     """
 
-    def __init__(self, message: str, *, activity: str, error_type: str, attempts: int) -> None:
+    def __init__(self, message: str, *, activity: str, error_type: str, attempts: int, seq: int | None = None) -> None:
         super().__init__(message)
         self.activity = activity
         self.error_type = error_type
         self.attempts = attempts
+        self.seq = seq  # the journal position of the failed step
 
 
 class ActivityTimeout(WeftError, TimeoutError):

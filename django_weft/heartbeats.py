@@ -66,11 +66,15 @@ class AttemptControl:
         self._run_id = run_id
         self._seq = seq
         self._attempt = attempt
-        self.started = time.monotonic()
-        self.last_beat = self.started
+        # Set when the attempt begins (it may queue for a free slot first): timeouts count from then.
+        self.started: float | None = None
+        self.last_beat = 0.0
         self.timeout = timeout
-        self.deadline = None if timeout is None else self.started + timeout
+        self.deadline: float | None = None
         self.heartbeat_timeout = heartbeat_timeout
+        # The attempt runs on an event loop in the thread of a caller's transaction: its ORM writes wait
+        # until it ends (a thread of its own could not see the caller's rows).
+        self.hold_writes = False
         self._stop = threading.Event()
         self.stop_reason = ""
         self._unwritten: tuple[bytes | None] | None = None  # details not written yet, if any
@@ -80,7 +84,7 @@ class AttemptControl:
     def begin(self) -> None:
         """The attempt starts now (it may have queued for a free slot): its timeouts count from here."""
         self.started = self.last_beat = time.monotonic()
-        if self.deadline is not None and self.timeout is not None:
+        if self.timeout is not None:
             self.deadline = self.started + self.timeout
 
     # --- the engine's side ---
@@ -96,7 +100,8 @@ class AttemptControl:
         return self._stop.is_set()
 
     def silent_too_long(self, now: float) -> bool:
-        return self.heartbeat_timeout is not None and now - self.last_beat > self.heartbeat_timeout
+        return (self.started is not None and self.heartbeat_timeout is not None
+                and now - self.last_beat > self.heartbeat_timeout)
 
     def past_deadline(self, now: float) -> bool:
         return self.deadline is not None and now > self.deadline
@@ -105,15 +110,18 @@ class AttemptControl:
 
     def beat(self, details: Any) -> None:
         data = None if details is None else encode(details, what="heartbeat details")
+        # An attempt told to stop (a zombie after its timeout, a race's loser) stores nothing: its details
+        # would overwrite those of the attempt that replaced it.
+        self.raise_if_cancelled()
         now = time.monotonic()
         with self._lock:
             self.last_beat = now
             if details is not None:
                 self._unwritten = (data,)
-            due = now - self._last_write >= WRITE_INTERVAL_SECONDS
+            due = not self.hold_writes and now - self._last_write >= WRITE_INTERVAL_SECONDS
         if due:
             self.write()
-        self.raise_if_cancelled()
+            self.raise_if_cancelled()
 
     def raise_if_cancelled(self) -> None:
         if self._claim is not None and self._claim.lost:
@@ -140,6 +148,8 @@ class AttemptControl:
                     self._unwritten = unwritten
 
     def _write(self, unwritten: tuple[bytes | None] | None) -> None:
+        if self.cancelled:
+            return
         now = clock.now()
         if self._claim is not None:
             transitions.renew([self._claim], now)
@@ -148,9 +158,12 @@ class AttemptControl:
         if unwritten is None:
             return
         fields = {"attempt": self._attempt, "details": unwritten[0], "beat_at": now}
-        rows = ActivityHeartbeat.objects.filter(run_id=self._run_id, seq=self._seq)
+        # A later attempt's details are never overwritten by an earlier one's.
+        rows = ActivityHeartbeat.objects.filter(run_id=self._run_id, seq=self._seq, attempt__lte=self._attempt)
         if rows.update(**fields):
             return
+        if ActivityHeartbeat.objects.filter(run_id=self._run_id, seq=self._seq).exists():
+            return  # a later attempt's
         try:
             ActivityHeartbeat.objects.create(run_id=self._run_id, seq=self._seq, **fields)
         except IntegrityError:

@@ -465,6 +465,15 @@ def retry_failed(run_id: Any, now: datetime) -> Workflow:
             WorkflowStep.objects.filter(run=run, seq__gte=first_failed).delete()
             Timer.objects.filter(run=run, seq__gte=first_failed).delete()
             AsyncActivity.objects.filter(run=run, seq__gte=first_failed).delete()
+        failed_step = (run.error or {}).get("step")
+        if isinstance(failed_step, int):
+            # A branch's failure: branches that settled after it keep their rows; the failed ones from
+            # there on run again.
+            failed = WorkflowStep.objects.filter(run=run, seq__gte=failed_step, status=StepStatus.FAILED)
+            seqs = list(failed.values_list("seq", flat=True))
+            failed.delete()
+            Timer.objects.filter(run=run, seq__in=seqs).delete()
+            AsyncActivity.objects.filter(run=run, seq__in=seqs).delete()
         Workflow.objects.filter(pk=run.pk).update(
             status=S.RUNNING, fence=F("fence") + 1, runnable_at=now, lease_owner="", wait_reason="",
             error=None, result=None, finished_at=None, cancel_requested_at=None, awaiting_signals=[],

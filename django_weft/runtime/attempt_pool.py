@@ -22,7 +22,7 @@ from django.db import connections
 from ..activities import ActivityInfo, CompleteAsync, current_activity, is_coroutine_body
 from ..codec import encode
 from ..conf import weft_settings
-from ..exceptions import ActivityTimeout
+from ..exceptions import ActivityCancelled, ActivityTimeout
 
 
 def in_callers_transaction() -> bool:
@@ -69,26 +69,50 @@ async def _run_coroutine(job: AttemptJob) -> Outcome:
     current_activity.set(job.info)  # the task runs in a context of its own
     if job.info.control is not None:
         job.info.control.begin()
+    limit = asyncio.timeout(job.timeout)  # cancels the body when it passes its timeout
     try:
-        awaitable = job.body(*job.args, **job.kwargs)
-        value = await (awaitable if job.timeout is None else asyncio.wait_for(awaitable, job.timeout))
+        async with limit:
+            value = await job.body(*job.args, **job.kwargs)
         return Outcome(value=value, data=encode(value, what=job.what))
     except CompleteAsync:
         return Outcome(completes_async=True)
     except TimeoutError as exc:
-        return Outcome(error=_timed_out(job) if job.timeout is not None else exc)
+        return Outcome(error=_timed_out(job) if limit.expired() else exc)
     except Exception as exc:
         return Outcome(error=exc)
     finally:
-        if job.info.control is not None:
+        if job.info.control is not None and not job.info.control.hold_writes:
             job.info.control.flush()
+
+
+def _not_started(job: AttemptJob) -> Outcome | None:
+    """The outcome of an attempt cancelled while it queued (a race's loser): its body never runs."""
+    control = job.info.control
+    if control is None or not control.cancelled:
+        return None
+    return Outcome(error=ActivityCancelled(f"activity {job.info.activity!r} attempt {job.info.attempt} was "
+                                           f"cancelled before it started: {control.stop_reason}"))
 
 
 def run_inline(job: AttemptJob) -> Outcome:
     """Run the attempt in this thread (an ``async def`` body on an event loop of its own). Exceptions that
     are not ``Exception`` (a KeyboardInterrupt, a crash standing in for one) propagate."""
+    cancelled = _not_started(job)
+    if cancelled is not None:
+        return cancelled
+    control = job.info.control
     if job.is_async:
-        return job.context.run(asyncio.run, _run_coroutine(job))
+        if control is None:
+            return job.context.run(asyncio.run, _run_coroutine(job))
+        # On an event loop in this thread, which may hold a caller's transaction that the ORM refuses to
+        # be used from: what the attempt reads and writes through heartbeats is done here, around it.
+        _ = job.info.heartbeat_details
+        control.hold_writes = True
+        try:
+            return job.context.run(asyncio.run, _run_coroutine(job))
+        finally:
+            control.hold_writes = False
+            control.flush()
     token = current_activity.set(job.info)
     if job.info.control is not None:
         job.info.control.begin()
@@ -109,6 +133,22 @@ def run_inline(job: AttemptJob) -> Outcome:
 
 async def _await(awaitable: Any) -> Any:
     return await awaitable
+
+
+def _run_loop(loop: asyncio.AbstractEventLoop) -> None:
+    """The run's event loop, until the execution ends; then attempts still on it (abandoned ones) are
+    cancelled for real and the loop is closed."""
+    asyncio.set_event_loop(loop)
+    try:
+        loop.run_forever()
+        left = asyncio.all_tasks(loop)
+        for task in left:
+            task.cancel()
+        if left:
+            loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
+    finally:
+        loop.close()
+        connections.close_all()
 
 
 class AttemptPool:
@@ -143,6 +183,10 @@ class AttemptPool:
         return future
 
     def _start(self, job: AttemptJob, future: Future[Outcome]) -> None:
+        cancelled = _not_started(job)
+        if cancelled is not None:
+            self._finished(future, cancelled)
+            return
         if job.is_async:
             loop = self._event_loop()
             loop.call_soon_threadsafe(self._start_task, loop, job, future)
@@ -185,7 +229,7 @@ class AttemptPool:
         with self._lock:
             if self._loop is None:
                 self._loop = asyncio.new_event_loop()
-                threading.Thread(target=self._loop.run_forever, name="weft-activity-loop", daemon=True).start()
+                threading.Thread(target=_run_loop, args=(self._loop,), name="weft-activity-loop", daemon=True).start()
             return self._loop
 
     def close(self) -> None:

@@ -10,7 +10,7 @@ from django.db import DatabaseError
 
 from .. import clock, transitions
 from ..codec import decode, encode
-from ..exceptions import FencingError, WorkflowNotRegistered
+from ..exceptions import ActivityError, FencingError, WorkflowNotRegistered
 from ..models import StepKind, StepStatus, Timer, WorkflowStep
 from ..registry import get_workflow
 from .context import Context
@@ -74,7 +74,9 @@ def execute(claim: transitions.Claim, should_stop: Callable[[], bool] = lambda: 
             return RELEASED
         return LOST
     except Exception as exc:
-        error = error_dict(exc)  # never raises, even for an exception whose __str__ does
+        # Never raises, even for an exception whose __str__ does. An activity's failure names its step, which
+        # an operator's retry runs again even when later branches settled after it.
+        error = error_dict(exc, **({"step": exc.seq} if isinstance(exc, ActivityError) and exc.seq else {}))
         logger.error("run %s of %s failed: %s: %s", run.pk, run.workflow_type, error["type"], error["message"])
         return _finish(claim, transitions.S.FAILED, error=error)
     finally:

@@ -56,7 +56,7 @@ class ActivityOps(Branches):
         if step is not None and step.status == StepStatus.COMPLETED:
             return decode(step.result)
         if step is not None and step.status == StepStatus.FAILED:
-            raise self._activity_error(definition.name, step.error or {}, step.attempt)
+            raise self._activity_error(definition.name, step.error or {}, step.attempt, seq)
         attempt = 1
         started = clock.now()
         if step is not None:  # waiting: out a retry backoff, or for an async completion
@@ -104,6 +104,7 @@ class ActivityOps(Branches):
         body = body_of(definition)  # the activity's function, or a test's replacement of it
         if definition.heartbeat_timeout is not None or is_coroutine_body(body):
             return self._invoke_in_pool(definition, info, body, args, kwargs)
+        control.begin()
         token = current_activity.set(info)
         try:
             if definition.timeout is None:

@@ -33,7 +33,7 @@ class AttemptOps(ReplayCore):
             failed = self._step(seq, StepKind.ACTIVITY, definition.name, StepStatus.FAILED, attempt=attempt,
                                 error=error, started=started, finished=now)
             self._defer(self._record(failed, step))
-            raise self._activity_error(definition.name, error, attempt) from cause
+            raise self._activity_error(definition.name, error, attempt, seq) from cause
         self._log_attempt_failed(definition, attempt, error, f"retrying at {wake_at.isoformat(timespec='seconds')}")
         waiting = self._step(seq, StepKind.ACTIVITY, definition.name, StepStatus.WAITING, attempt=attempt,
                              error=error, started=started, finished=None)
@@ -70,8 +70,8 @@ class AttemptOps(ReplayCore):
         return started + timedelta(seconds=definition.schedule_to_close_timeout)
 
     @staticmethod
-    def _activity_error(name: str, error: dict, attempts: int) -> ActivityError:
+    def _activity_error(name: str, error: dict, attempts: int, seq: int | None = None) -> ActivityError:
         return ActivityError(
             f"activity {name!r} failed after {attempts} attempt(s): {error.get('type')}: {error.get('message')}",
-            activity=name, error_type=str(error.get("type")), attempts=attempts,
+            activity=name, error_type=str(error.get("type")), attempts=attempts, seq=seq,
         )

@@ -234,6 +234,11 @@ class Branches(AsyncActivityOps, Signals):
             for branch in running:
                 cast(ActivityBranch[Any], branch).poll_attempt()
             running = [branch for branch in running if branch.running]
+        # A branch the code does not wait for may wait on a timer of its own (a retry backoff): the run wakes
+        # for that too, or the retry would wait for whatever the code waits for.
+        wakes = [at for at in (b.wake_at() for b in self._open_branches if not b.done) if at is not None]
+        if wakes:
+            wake_at = min([*wakes, *([wake_at] if wake_at is not None else [])])
         super()._park(wake_at=wake_at, reason=reason, writes=writes, awaiting_signals=awaiting_signals)
 
     def close_branches(self) -> None:

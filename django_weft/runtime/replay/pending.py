@@ -160,12 +160,13 @@ class ActivityBranch(Pending[T]):
         self._retry_timer: Timer | None = None  # waiting out a retry backoff
         self._async_wait = False  # waiting for an async completion
         self._close_timer: Timer | None = None  # schedule_to_close_timeout of an async wait
+        self._record_deferred = False  # the async attempt's record rides on the run's next commit
         if row is None:
             self._dispatch()
         elif row.status == StepStatus.COMPLETED:
             self._settle(value=decode(row.result))
         elif row.status == StepStatus.FAILED:
-            self._settle(error=ctx._activity_error(definition.name, row.error or {}, row.attempt))
+            self._settle(error=ctx._activity_error(definition.name, row.error or {}, row.attempt, seq))
         elif not self._settle_from_row(row):
             self._resume_waiting(row)
 
@@ -264,6 +265,7 @@ class ActivityBranch(Pending[T]):
             run_id=ctx.run_id, seq=self.seq, attempt=self._attempt, activity=self.definition.name,
             token=make_task_token(ctx.run_id, self.seq, self._attempt, ctx._claim.run.retries), created_at=clock.now(),
         )))
+        self._record_deferred = True
         deadline = ctx._close_deadline(self.definition, self._started)
         if deadline is not None:
             self._close_timer = Timer(run_id=ctx.run_id, seq=self.seq, fire_at=deadline,
@@ -273,10 +275,11 @@ class ActivityBranch(Pending[T]):
 
     def _poll_async(self, now: datetime) -> None:
         ctx = self._ctx
+        if self._record_deferred:
+            ctx._commit()  # the record (and an answer the token got meanwhile) is read from the database
+            self._record_deferred = False
         record = AsyncActivity.objects.filter(run_id=ctx.run_id, seq=self.seq, attempt=self._attempt).first()
         if record is None:
-            if self._row is not None and self._row.pk is None:
-                return  # its record is written with the run's next commit
             raise NonDeterminismError(f"step {self.seq} of run {ctx.run_id} waits for an async activity attempt "
                                       f"{self._attempt} that has no record")
         if record.status == AsyncStatus.PENDING:
@@ -308,7 +311,7 @@ class ActivityBranch(Pending[T]):
         if wake_at is None:
             ctx._log_attempt_failed(definition, attempt, error, "giving up: ActivityError is raised in the workflow")
             self._write_row(StepStatus.FAILED, attempt=attempt, error=error)
-            failure = ctx._activity_error(definition.name, error, attempt)
+            failure = ctx._activity_error(definition.name, error, attempt, self.seq)
             failure.__cause__ = cause
             self._settle(error=failure)
             return

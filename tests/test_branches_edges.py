@@ -1,0 +1,227 @@
+"""Where branches meet the rest of the engine: a retry of a branch nobody waits for, an async attempt after a
+retry, attempts that queue for a slot, an attempt that went on after its timeout, async heartbeats inside
+the test's transaction, and an operator's retry of a run a branch failed. Each of these was a bug once."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import timedelta
+
+import pytest
+from django.test import override_settings
+
+import django_weft as weft
+from django_weft.models import ActivityHeartbeat, AsyncActivity, RunStatus, StepStatus, WorkflowStep
+from tests.test_admin import act, staff_client  # noqa: F401  (the admin's retry action)
+from tests.testapp.branch_workflows import _mark
+from tests.testapp.workflows import executions
+
+pytestmark = pytest.mark.django_db
+concurrent = pytest.mark.django_db(transaction=True)
+
+
+@weft.activity(retry=weft.RetryPolicy(max_attempts=3, initial_backoff=1))
+def send_request(key: str) -> str:
+    _mark(key)
+    if weft.activity_info().attempt == 1:
+        raise ConnectionError("503")
+    return "sent"
+
+
+@weft.workflow(name="edges.request_reply")
+def request_reply(ctx: weft.Context, key: str) -> list:
+    request = ctx.start_activity(send_request, key)
+    reply = ctx.wait_for_signal("reply")  # the outside system answers once the request was sent
+    return [request.result(), reply]
+
+
+@pytest.mark.parametrize("transactional", [False, True], ids=["in the test's transaction", "threads"])
+def test_a_retry_of_a_branch_nobody_waits_for_wakes_the_run(request, transactional):
+    if transactional:
+        request.getfixturevalue("transactional_db")
+    weft_env = request.getfixturevalue("weft_env")
+    key = f"rr-{transactional}"
+    handle = weft.start("edges.request_reply", key)
+    weft_env.drive()
+    run = handle.refresh()
+    assert run.status == RunStatus.WAITING and run.runnable_at is not None  # woken for the retry
+    weft_env.advance(timedelta(seconds=1))
+    assert executions(key) == 2
+    handle.signal("reply", "pong")
+    weft_env.drive()
+    assert handle.result() == ["sent", "pong"]
+
+
+@weft.activity(retry=weft.RetryPolicy(max_attempts=3, initial_backoff=1))
+def fail_then_complete_async(key: str) -> None:
+    if weft.activity_info().attempt == 1:
+        raise ValueError("first attempt fails")
+    weft.complete_async()
+
+
+@weft.workflow(name="edges.async_after_retry")
+def async_after_retry(ctx: weft.Context, key: str) -> list:
+    pending = ctx.start_activity(fail_then_complete_async, key)
+    ctx.sleep(5)
+    return ctx.gather(pending, ctx.start_timer(60))
+
+
+def test_an_async_attempt_after_a_retry_parks_on_its_token(weft_env):
+    handle = weft.start("edges.async_after_retry", "aar")
+    weft_env.drive()
+    weft_env.advance(timedelta(seconds=6))
+    run = handle.refresh()
+    assert run.status == RunStatus.WAITING, run.error
+    record = AsyncActivity.objects.get(run_id=handle.run_id)
+    assert record.attempt == 2
+    weft.complete_async_activity(record.token, "done")
+    weft_env.advance(timedelta(seconds=60))
+    assert handle.result() == ["done", None]
+
+
+@weft.activity(retry=weft.RetryPolicy(max_attempts=1), timeout=5)
+def slow(key: str) -> str:
+    _mark(f"{key}:start")
+    time.sleep(1)
+    return key
+
+
+@weft.activity(retry=weft.RetryPolicy(max_attempts=1), timeout=0.5)
+def fast(key: str) -> str:
+    _mark(f"{key}:start")
+    return key
+
+
+@weft.workflow(name="edges.queued")
+def queued(ctx: weft.Context, key: str) -> list:
+    return ctx.gather(ctx.start_activity(slow, f"{key}:a"), ctx.start_activity(fast, f"{key}:b"))
+
+
+@concurrent
+@override_settings(WEFT_MAX_PARALLEL_ACTIVITIES=1)
+def test_an_attempt_waiting_for_a_slot_has_not_started_its_timeout(weft_env):
+    handle = weft.start("edges.queued", "q")
+    weft_env.drive()
+    assert handle.result(timeout=0) == ["q:a", "q:b"]  # b waited 1 s for a's slot; its timeout is 0.5 s
+
+
+@weft.activity(retry=weft.RetryPolicy(max_attempts=1))
+def stubborn_loser(key: str) -> str:
+    _mark(f"{key}:start")
+    time.sleep(1)
+    return key
+
+
+@weft.workflow(name="edges.queued_loser")
+def queued_loser(ctx: weft.Context, key: str) -> list:
+    first = ctx.start_activity(stubborn_loser, f"{key}:running")
+    never = ctx.start_activity(stubborn_loser, f"{key}:queued")
+    index, _ = ctx.race(first, never, ctx.start_wait_for_signal("go"))
+    ctx.run(sleeper, 1.5)  # the execution goes on: the running loser ends and frees its slot meanwhile
+    return [index]
+
+
+@concurrent
+@override_settings(WEFT_MAX_PARALLEL_ACTIVITIES=1)
+def test_a_queued_attempt_that_lost_a_race_never_runs(weft_env):
+    handle = weft.start("edges.queued_loser", "ql")
+    handle.signal("go")  # already there: the signal wait wins while the first activity runs
+    weft_env.drive()
+    assert handle.result(timeout=0) == [2]
+    assert executions("ql:running:start") == 1 and executions("ql:queued:start") == 0
+
+
+@weft.activity(retry=weft.RetryPolicy(max_attempts=3, initial_backoff=0), timeout=0.5)
+def resumable(key: str) -> object:
+    info = weft.activity_info()
+    if info.attempt == 1:
+        time.sleep(1.0)
+        weft.heartbeat({"from": 1})  # a zombie: its attempt timed out at 0.5 s, the next one has begun
+        return "late"
+    if info.attempt == 2:
+        weft.heartbeat({"from": 2})
+        time.sleep(1.5)
+        return "late"
+    return info.heartbeat_details
+
+
+@weft.activity(retry=weft.RetryPolicy(max_attempts=1))
+def sleeper(seconds: float) -> float:
+    time.sleep(seconds)
+    return seconds
+
+
+@weft.workflow(name="edges.zombie_details")
+def zombie_details(ctx: weft.Context, key: str) -> list:
+    return ctx.gather(ctx.start_activity(resumable, key), ctx.start_activity(sleeper, 3))
+
+
+@concurrent
+def test_an_attempt_past_its_timeout_cannot_overwrite_the_next_attempts_details(weft_env):
+    handle = weft.start("edges.zombie_details", "z")
+    weft_env.drive()
+    assert handle.result(timeout=0) == [{"from": 2}, 3]
+    assert ActivityHeartbeat.objects.get(run_id=handle.run_id, seq=1).attempt == 2
+
+
+@weft.activity(retry=weft.RetryPolicy(max_attempts=2, initial_backoff=0))
+async def async_beats(key: str) -> object:
+    info = weft.activity_info()
+    for i in range(3):
+        weft.heartbeat({"beat": i})
+        await asyncio.sleep(0)
+    if info.attempt == 1:
+        raise ValueError("again")
+    return info.heartbeat_details
+
+
+@weft.workflow(name="edges.async_beats")
+def async_beats_workflow(ctx: weft.Context, key: str) -> object:
+    return ctx.run(async_beats, key)
+
+
+def test_async_heartbeats_work_inside_the_tests_transaction(weft_env):
+    handle = weft.start("edges.async_beats", "ab")
+    weft_env.drive()
+    assert handle.result() == {"beat": 2}
+
+
+failing = {"on": True}
+
+
+@weft.activity(retry=weft.RetryPolicy(max_attempts=1))
+def flaky(key: str) -> str:
+    _mark(key)
+    if failing["on"]:
+        raise ValueError("down")
+    return key
+
+
+@weft.activity
+def fine(key: str) -> str:
+    _mark(key)
+    return key
+
+
+@weft.workflow(name="edges.gather_retry")
+def gather_retry(ctx: weft.Context, key: str) -> list:
+    return ctx.gather(ctx.start_activity(flaky, key), ctx.start_activity(fine, f"{key}:fine"))
+
+
+def test_an_operators_retry_runs_again_the_failed_branch_and_keeps_the_settled_ones(staff_client, weft_env):  # noqa: F811
+    handle = weft.start("edges.gather_retry", "gr")
+    weft_env.drive()
+    run = handle.refresh()
+    assert run.status == RunStatus.FAILED and run.error["step"] == 1
+    failing["on"] = False
+    try:
+        page = act(staff_client, "retry_selected", [handle.run_id])  # the admin's retry action
+        assert page.status_code == 200
+        weft_env.drive()
+    finally:
+        failing["on"] = True
+    assert handle.result() == ["gr", "gr:fine"]
+    assert executions("gr") == 2 and executions("gr:fine") == 1
+    assert list(WorkflowStep.objects.filter(run_id=handle.run_id).values_list("status", flat=True)) == [
+        StepStatus.COMPLETED, StepStatus.COMPLETED]
