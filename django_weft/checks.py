@@ -8,7 +8,7 @@ from django.core.checks import Error, Tags, Warning, register
 from django.db import DatabaseError, connections, router
 
 from .liveness import stalled_hint
-from .registry import registered_workflow_names
+from .registry import registered_versions, registered_workflow_names
 
 
 def _weft_alias() -> str:
@@ -39,25 +39,47 @@ def check_sqlite_transaction_mode(app_configs: Any = None, **kwargs: Any) -> lis
 
 @register(Tags.database)
 def check_unregistered_open_runs(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list:
-    """Runs still open whose workflow type no process here can execute."""
+    """Runs still open whose workflow type, or the version of it they started on, no process here can
+    execute."""
     alias = _weft_alias()
     if not databases or alias not in databases:
         return []
+    from django.db.models import Count
+
     from .models import Workflow
 
     try:
-        types = set(Workflow.objects.using(alias).open().values_list("workflow_type", flat=True).distinct())
+        groups = list(Workflow.objects.using(alias).open().values("workflow_type", "version")
+                      .annotate(runs=Count("pk")).order_by("workflow_type", "version"))
     except DatabaseError:  # not migrated yet
         return []
-    missing = sorted(types - registered_workflow_names())
-    if not missing:
-        return []
-    return [Warning(
-        f"open workflow runs reference workflow types that are not registered: {', '.join(missing)}.",
-        hint="Keep the workflow code deployed until its runs finish, or cancel those runs. Executors "
-             "put such runs back and retry them every minute.",
-        id="weft.W001",
-    )]
+    names = registered_workflow_names()
+    missing_types: dict[str, int] = {}
+    missing_versions: list[str] = []
+    for group in groups:
+        name, version, count = group["workflow_type"], group["version"], group["runs"]
+        if name not in names:
+            missing_types[name] = missing_types.get(name, 0) + count
+        elif version not in registered_versions(name):
+            registered = ", ".join(str(v) for v in registered_versions(name))
+            missing_versions.append(f"{name} version {version} ({count} open run(s); registered: {registered})")
+    warnings = []
+    if missing_types:
+        shown = ", ".join(f"{name} ({count} open run(s))" for name, count in sorted(missing_types.items()))
+        warnings.append(Warning(
+            f"open workflow runs reference workflow types that are not registered: {shown}.",
+            hint="Keep the workflow code deployed until its runs finish, or cancel those runs. Executors "
+                 "put such runs back and retry them every minute.",
+            id="weft.W001",
+        ))
+    if missing_versions:
+        warnings.append(Warning(
+            f"open workflow runs need versions that are not registered: {'; '.join(missing_versions)}.",
+            hint="A run always executes with the version it started on: keep registering that version "
+                 "(@weft.workflow(name=..., version=N)) until its runs finish. They are held, not failed.",
+            id="weft.W003",
+        ))
+    return warnings
 
 
 @register(Tags.database)

@@ -100,6 +100,17 @@ class WorkflowHandle:
         return self._run or self.refresh()
 
     @property
+    def version(self) -> int:
+        """The version of the workflow's code the run started on (and executes with)."""
+        return self.run.version
+
+    @property
+    def failure_category(self) -> str:
+        """Why a failed, timed-out or cancelled run ended: application, timeout, cancellation, resource,
+        system; empty where it does not apply."""
+        return self.refresh().failure_category
+
+    @property
     def status(self) -> str:
         """The run's current status (read from the database on every access)."""
         return self.refresh().status
@@ -120,12 +131,12 @@ class WorkflowHandle:
         delay = poll_interval
         waiter = _waiter_here() if timeout is None else None
         while True:
-            run = self.refresh()
+            run = Workflow.objects.end_of_chain(self.refresh())  # a run that continued as new: its successor
             if run.is_finished:
                 return _outcome(run)
             if waiter is not None:
                 waiter(self)  # moves the run on; raises if it cannot finish
-                run = self.refresh()
+                run = Workflow.objects.end_of_chain(self.refresh())
                 if run.is_finished:
                     return _outcome(run)
                 raise TimeoutError(_still_open(self, run))

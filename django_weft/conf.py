@@ -27,6 +27,7 @@ DEFAULTS: dict[str, Any] = {
         "cancelled": timedelta(days=7),
         "failed": timedelta(days=30),
         "timed_out": timedelta(days=30),
+        "continued": timedelta(days=7),
     },
     # Salt of the signed task tokens of async activities (Django's signing, keyed by SECRET_KEY).
     "TOKEN_SALT": "django_weft.task_token",
@@ -60,6 +61,12 @@ DEFAULTS: dict[str, Any] = {
     # Activity attempts of one run that execute at once (ctx.start_activity, ctx.gather, ctx.map); more wait
     # for a free slot.
     "MAX_PARALLEL_ACTIVITIES": 8,
+    # Journal rows one run may hold: the step that would pass it ends the run as timed_out
+    # (termination_reason "history_limit"); use ctx.continue_as_new() long before.
+    "MAX_HISTORY": 20_000,
+    # Takeovers of a run at the same step (its executors keep dying there) before it fails with
+    # failure_category "system".
+    "MAX_RECOVERY_ATTEMPTS": 10,
 }
 
 EXECUTORS = ("loop", "celery")

@@ -18,6 +18,15 @@ class WorkflowNotRegistered(WeftError):
     """No workflow (or activity) is registered under that name."""
 
 
+class WorkflowVersionNotRegistered(WorkflowNotRegistered):
+    """The workflow's name is registered, but not the version a run started on: the run is held, not failed."""
+
+    def __init__(self, message: str, *, name: str, version: int) -> None:
+        super().__init__(message)
+        self.name = name
+        self.version = version
+
+
 class WorkflowAlreadyRegistered(ConfigurationError):
     """Two different functions were registered under one name."""
 
@@ -59,7 +68,16 @@ class FencingError(WeftError):
 
 
 class NonDeterminismError(WeftError):
-    """The workflow code no longer matches the journal recorded for this run."""
+    """The workflow code no longer matches the journal recorded for this run.
+
+    ``seq`` is the position, ``recorded`` what the journal holds there and ``requested`` what the code
+    asks for (where known)."""
+
+    def __init__(self, message: str, *, seq: int | None = None, recorded: str = "", requested: str = "") -> None:
+        super().__init__(message)
+        self.seq = seq
+        self.recorded = recorded
+        self.requested = requested
 
 
 class ActivityError(WeftError):

@@ -23,6 +23,8 @@ class RunStatus(models.TextChoices):
     FAILED = "failed", _("Failed")
     CANCELLED = "cancelled", _("Cancelled")
     TIMED_OUT = "timed_out", _("Timed out")
+    # Ended by ctx.continue_as_new(): the next run of its workflow id carries on (restarted_from names this one).
+    CONTINUED = "continued", _("Continued as new")
 
     @classmethod
     def open_values(cls) -> list[str]:
@@ -30,7 +32,7 @@ class RunStatus(models.TextChoices):
 
     @classmethod
     def terminal_values(cls) -> list[str]:
-        return [cls.COMPLETED, cls.FAILED, cls.CANCELLED, cls.TIMED_OUT]
+        return [cls.COMPLETED, cls.FAILED, cls.CANCELLED, cls.TIMED_OUT, cls.CONTINUED]
 
 
 class StepKind(models.TextChoices):
@@ -44,6 +46,7 @@ class StepKind(models.TextChoices):
     CHILD = "child", _("Child start")
     CHILD_RESULT = "child_result", _("Child result")
     RACE = "race", _("Race winner")
+    PATCH = "patch", _("Patch marker")
 
 
 class StepStatus(models.TextChoices):
@@ -61,6 +64,14 @@ class TimerPurpose(models.TextChoices):
     DELAYED_START = "delayed_start", _("Delayed start")
     WAIT_TIMEOUT = "wait_timeout", _("Signal wait timeout")
     ACTIVITY_TIMEOUT = "activity_timeout", _("Activity schedule-to-close timeout")
+
+
+class FailureCategory(models.TextChoices):
+    APPLICATION = "application", _("Application")
+    TIMEOUT = "timeout", _("Timeout")
+    CANCELLATION = "cancellation", _("Cancellation")
+    RESOURCE = "resource", _("Resource")
+    SYSTEM = "system", _("System")
 
 
 class ParentClosePolicy(models.TextChoices):
@@ -81,10 +92,15 @@ class Workflow(models.Model):
     run_id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     workflow_id = models.CharField(max_length=255, help_text=_("Business id; at most one open run per id."))
     workflow_type = models.CharField(max_length=200)
+    # The version of the workflow's code the run started on and always executes with.
+    version = models.PositiveIntegerField(default=1)
     status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.PENDING)
     input = models.BinaryField(null=True, blank=True)
     result = models.BinaryField(null=True, blank=True)
     error = models.JSONField(null=True, blank=True)
+    failure_category = models.CharField(max_length=16, choices=FailureCategory.choices, blank=True)
+    # Why the engine ended the run, where it did (e.g. "history_limit").
+    termination_reason = models.CharField(max_length=64, blank=True)
     idempotency_key = models.CharField(max_length=255, null=True, blank=True, unique=True)
     parent = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children"
@@ -106,6 +122,10 @@ class Workflow(models.Model):
     # How often an operator retried the run after it failed. Part of every task token, so a token handed
     # out before a retry resolves nothing after it.
     retries = models.PositiveIntegerField(default=0)
+    # Takeovers of the run (its executor died) in a row without the journal growing, and the journal
+    # length they saw: a run whose executors keep dying at one step is failed, not re-claimed forever.
+    recoveries = models.PositiveIntegerField(default=0)
+    recovery_mark = models.PositiveIntegerField(default=0)
     # Signal names the parked run waits for: a signal with one of them wakes it.
     awaiting_signals = models.JSONField(default=list, blank=True)
     schedule = models.ForeignKey("Schedule", null=True, blank=True, on_delete=models.SET_NULL,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from django.db import models
 
@@ -25,6 +26,18 @@ class WorkflowQuerySet(models.QuerySet):
     def past_deadline(self, now: datetime) -> WorkflowQuerySet:
         return self.filter(execution_deadline__isnull=False, finished_at__isnull=True,
                            execution_deadline__lte=now)
+
+    def end_of_chain(self, run: Any) -> Any:
+        """``run``, or, if it continued as new, the run its chain has reached now."""
+        from .models import RunStatus
+
+        while run is not None and run.status == RunStatus.CONTINUED:
+            following = (self.filter(restarted_from_id=run.pk, workflow_id=run.workflow_id)
+                         .order_by("created_at").first())
+            if following is None:
+                return run
+            run = following
+        return run
 
     def latest_for(self, workflow_id: str) -> WorkflowQuerySet:
         """Runs of ``workflow_id``, latest first: the open run (at most one), then by creation."""

@@ -1,6 +1,7 @@
 """Registration of workflows and activities by stable name.
 
-Runs store the workflow's name, so a name must keep meaning the same function across deploys.
+Runs store the workflow's name and version, so a name must keep meaning the same workflow across deploys;
+several versions of one name may be registered at once (each run executes with the version it started on).
 """
 
 from __future__ import annotations
@@ -11,13 +12,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar, overload
 
-from .exceptions import ConfigurationError, WorkflowAlreadyRegistered, WorkflowNotRegistered
+from .exceptions import (
+    ConfigurationError,
+    WorkflowAlreadyRegistered,
+    WorkflowNotRegistered,
+    WorkflowVersionNotRegistered,
+)
 from .storable import unstorable_reason
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 _lock = threading.Lock()
-_workflows: dict[str, WorkflowDefinition] = {}
+_workflows: dict[str, dict[int, WorkflowDefinition]] = {}  # name -> version -> definition
 
 
 @dataclass(frozen=True)
@@ -25,6 +31,7 @@ class WorkflowDefinition:
     name: str
     fn: Callable[..., Any]
     takes_input: bool
+    version: int = 1
 
     @property
     def qualified_name(self) -> str:
@@ -40,15 +47,18 @@ def _positional_params(fn: Callable[..., Any]) -> int:
 @overload
 def workflow(fn: F, /) -> F: ...
 @overload
-def workflow(*, name: str | None = None) -> Callable[[F], F]: ...
+def workflow(*, name: str | None = None, version: int = 1) -> Callable[[F], F]: ...
 
 
-def workflow(fn: Any = None, /, *, name: str | None = None) -> Any:
-    """Register a workflow: ``@weft.workflow`` or ``@weft.workflow(name="checkout")``.
+def workflow(fn: Any = None, /, *, name: str | None = None, version: int = 1) -> Any:
+    """Register a workflow: ``@weft.workflow`` or ``@weft.workflow(name="checkout", version=2)``.
 
     The function is called as ``fn(ctx)`` or ``fn(ctx, input)``; the default name is the function's
-    ``module.qualname``. Give an explicit name if the code may move.
+    ``module.qualname``. Give an explicit name if the code may move. Several versions of one name may be
+    registered at once: new runs take the highest, and every run executes with the version it started on.
     """
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise ConfigurationError(f"a workflow's version must be a positive int, got {version!r}")
 
     def register(func: F) -> F:
         count = _positional_params(func)
@@ -61,15 +71,16 @@ def workflow(fn: Any = None, /, *, name: str | None = None) -> Any:
         if not isinstance(wf_name, str) or len(wf_name) > 200 or unstorable_reason(wf_name):
             raise ConfigurationError(f"workflow name {wf_name!r} must be a string of at most 200 characters "
                                      "without NUL or lone surrogates")
-        definition = WorkflowDefinition(name=wf_name, fn=func, takes_input=count == 2)
+        definition = WorkflowDefinition(name=wf_name, fn=func, takes_input=count == 2, version=version)
         with _lock:
-            existing = _workflows.get(wf_name)
+            versions = _workflows.setdefault(wf_name, {})
+            existing = versions.get(version)
             if existing is not None and existing.qualified_name != definition.qualified_name:
                 raise WorkflowAlreadyRegistered(
-                    f"workflow name {wf_name!r} is already registered by {existing.qualified_name}; "
-                    f"{definition.qualified_name} needs another name"
+                    f"version {version} of workflow {wf_name!r} is already registered by {existing.qualified_name}; "
+                    f"{definition.qualified_name} needs another name or version"
                 )
-            _workflows[wf_name] = definition
+            versions[version] = definition
         func.__weft_workflow__ = definition  # type: ignore[attr-defined]
         return func
 
@@ -78,7 +89,8 @@ def workflow(fn: Any = None, /, *, name: str | None = None) -> Any:
     return register
 
 
-def get_workflow(name_or_fn: str | Callable[..., Any]) -> WorkflowDefinition:
+def get_workflow(name_or_fn: str | Callable[..., Any], version: int | None = None) -> WorkflowDefinition:
+    """The registered workflow of that name (its highest version, or ``version``), or the one ``fn`` is."""
     if callable(name_or_fn):
         definition = getattr(name_or_fn, "__weft_workflow__", None)
         if definition is None:
@@ -89,14 +101,27 @@ def get_workflow(name_or_fn: str | Callable[..., Any]) -> WorkflowDefinition:
         return definition
     if not isinstance(name_or_fn, str):
         raise WorkflowNotRegistered(f"a workflow is named by its registered name or its function, got {name_or_fn!r}")
-    try:
-        return _workflows[name_or_fn]
-    except KeyError:
+    versions = _workflows.get(name_or_fn)
+    if not versions:
         raise WorkflowNotRegistered(
             f"no workflow is registered as {name_or_fn!r}; is it decorated with @weft.workflow in an "
             f"installed app's workflows.py? Registered: {', '.join(sorted(_workflows)) or 'none'}"
+        )
+    if version is None:
+        return versions[max(versions)]
+    try:
+        return versions[version]
+    except KeyError:
+        raise WorkflowVersionNotRegistered(
+            f"version {version} of workflow {name_or_fn!r} is not registered (registered: "
+            f"{', '.join(str(v) for v in sorted(versions))}); deploy code that registers it, or its runs wait",
+            name=name_or_fn, version=version,
         ) from None
 
 
 def registered_workflow_names() -> set[str]:
     return set(_workflows)
+
+
+def registered_versions(name: str) -> list[int]:
+    return sorted(_workflows.get(name, ()))

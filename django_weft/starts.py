@@ -97,6 +97,7 @@ def prepare_run(
     run = Workflow(
         run_id=uuid.uuid4(),
         workflow_type=definition.name,
+        version=definition.version,
         input=encoded_input,
         idempotency_key=idempotency_key,
         tags=tag_list,

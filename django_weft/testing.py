@@ -20,11 +20,14 @@ for ``transactional_db`` (or ``@pytest.mark.django_db(transaction=True)``).
 
 from __future__ import annotations
 
+import json
+import os
 import unittest.mock
 from collections.abc import Callable, Iterable
 from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 from uuid import UUID
 
@@ -34,9 +37,11 @@ from django.utils import timezone
 
 from . import client, clock
 from .activities import activity_info, definition_of, replace_activity
-from .exceptions import WeftError
+from .exceptions import NonDeterminismError, WeftError
 from .maintenance import MaintenanceReport, run_maintenance
 from .models import RunStatus, Workflow
+from .replay_check import history_run
+from .replay_check import replay as replay_run
 from .schedules import due_schedules
 
 try:
@@ -369,6 +374,23 @@ class ActivityMock:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+
+def replay(history: dict[str, Any] | str | os.PathLike[str]) -> None:
+    """Replay a history exported with ``manage.py weft_export_history`` against the workflow code loaded
+    now, executing nothing; raises :class:`~django_weft.NonDeterminismError` (naming the step, what was
+    recorded and what the code asks for) where the code no longer matches, as the executor would.
+
+    ``history`` is the exported JSON (parsed) or the path of its file. Keep a few exported histories of
+    real runs in your tests, and a change that would break open runs fails there first.
+    """
+    if not isinstance(history, dict):
+        history = json.loads(Path(history).read_text(encoding="utf-8"))
+    run, steps, timers = history_run(history)
+    problem = replay_run(run, steps, timers)
+    if problem is not None:
+        raise NonDeterminismError(problem.message, seq=problem.seq, recorded=problem.recorded,
+                                  requested=problem.requested)
 
 
 def _is_value_list(side_effect: Any) -> bool:

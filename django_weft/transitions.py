@@ -222,14 +222,43 @@ def park(claim: Claim, now: datetime, *, wake_at: datetime | None, reason: str,
 
 
 def finish(claim: Claim, now: datetime, status: str, *, result: bytes | None = None,
-           error: dict | None = None) -> None:
-    """Complete, fail or cancel a run this executor holds."""
-    assert status in (S.COMPLETED, S.FAILED, S.CANCELLED), status
+           error: dict | None = None, failure_category: str = "", termination_reason: str = "") -> None:
+    """Complete, fail, cancel or time out a run this executor holds."""
+    assert status in (S.COMPLETED, S.FAILED, S.CANCELLED, S.TIMED_OUT), status
     _fenced_write(claim, now, closing=status, status=status, result=result, error=error, runnable_at=None,
-                  lease_owner="", wait_reason="", finished_at=now, awaiting_signals=[])
+                  lease_owner="", wait_reason="", finished_at=now, awaiting_signals=[],
+                  failure_category=failure_category, termination_reason=termination_reason)
     run = claim.run
     run.status, run.result, run.error, run.finished_at = status, result, error, now
     _send_on_commit(FINISH_SIGNALS[status], run)
+
+
+def continue_as_new(claim: Claim, now: datetime, following: Workflow) -> None:
+    """End the held run as continued and insert ``following`` (the next run of its workflow id) in one
+    transaction. Signals it has not consumed move to the new run, which takes over its inbox sequence (so
+    they stay first) and its place as its schedule's current run; the schedule's buffer is not drained,
+    because the chain is still open."""
+    run = claim.run
+    with transaction.atomic():
+        _lock_owners(run.schedule_id, run.parent_id)
+        _fenced_write(claim, now, status=S.CONTINUED, runnable_at=None, lease_owner="", wait_reason="",
+                      finished_at=now, awaiting_signals=[])
+        current = Workflow.objects.filter(pk=run.pk).values_list("inbox_seq", flat=True).first() or 0
+        following.inbox_seq = current
+        insert_run(following, delayed_until=None)
+        Signal.objects.filter(run_id=run.pk, consumed_at__isnull=True).update(run=following)
+        AsyncActivity.objects.filter(run=run, status=AsyncStatus.PENDING).update(
+            status=AsyncStatus.CANCELLED, resolved_at=now
+        )
+        _close_children(run, now, f"parent run {run.pk} of {run.workflow_id!r} continued as new")
+        if run.schedule_id is not None:
+            Schedule.objects.filter(pk=run.schedule_id, current_run_id=run.pk).update(current_run=following)
+    run.status, run.finished_at = S.CONTINUED, now
+
+
+def note_recovery(claim: Claim, now: datetime, recoveries: int, mark: int) -> None:
+    """Count a takeover of the held run (its last executor died) at journal length ``mark``."""
+    _fenced_write(claim, now, recoveries=recoveries, recovery_mark=mark, runnable_at=_lease_expiry(now))
 
 
 def release(claim: Claim, now: datetime, *, retry_at: datetime | None = None, reason: str = "") -> bool:
@@ -324,13 +353,7 @@ def _after_close(run: Workflow, now: datetime) -> None:
     AsyncActivity.objects.filter(run=run, status=AsyncStatus.PENDING).update(
         status=AsyncStatus.CANCELLED, resolved_at=now
     )
-    children = Workflow.objects.open().filter(parent=run).exclude(parent_close_policy=ParentClosePolicy.ABANDON)
-    for child in children.select_for_update().order_by("pk"):
-        reason = f"parent run {run.pk} of {run.workflow_id!r} closed ({run.status})"
-        if child.parent_close_policy == ParentClosePolicy.TERMINATE:
-            _close(child, S.CANCELLED, now, _cancel_error(f"terminated: {reason}"))
-        else:
-            _request_cancel(child, now, reason)
+    _close_children(run, now, f"parent run {run.pk} of {run.workflow_id!r} closed ({run.status})")
     if run.parent_id is not None:
         parent = Workflow.objects.filter(pk=run.parent_id).only("pk", "status", "inbox_seq").first()
         if parent is not None and not parent.is_finished:
@@ -338,6 +361,16 @@ def _after_close(run: Workflow, now: datetime) -> None:
     if run.schedule_id is not None:
         for hook in _schedule_run_closed:
             hook(run, now)
+
+
+def _close_children(run: Workflow, now: datetime, reason: str) -> None:
+    """The open children of a closing run follow their parent_close_policy."""
+    children = Workflow.objects.open().filter(parent=run).exclude(parent_close_policy=ParentClosePolicy.ABANDON)
+    for child in children.select_for_update().order_by("pk"):
+        if child.parent_close_policy == ParentClosePolicy.TERMINATE:
+            _close(child, S.CANCELLED, now, _cancel_error(f"terminated: {reason}"))
+        else:
+            _request_cancel(child, now, reason)
 
 
 def cancel_child(run_id: Any, now: datetime, reason: str, policy: str) -> None:

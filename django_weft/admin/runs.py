@@ -19,6 +19,7 @@ from django.utils.translation import gettext_lazy as _
 from .. import clock, liveness, transitions
 from ..activities import complete_async_activity, fail_async_activity
 from ..client import WorkflowHandle
+from ..conf import weft_settings
 from ..exceptions import WeftError
 from ..maintenance import delete_finished_runs
 from ..models import (
@@ -26,6 +27,7 @@ from ..models import (
     AsyncStatus,
     RunStatus,
     Workflow,
+    WorkflowStep,
 )
 from ..registry import registered_workflow_names
 from ..tokens import read_task_token
@@ -130,8 +132,8 @@ RUN_OPERATIONS = {
 @admin.register(Workflow)
 class WorkflowAdmin(OperationsMixin, ReadOnlyMixin, admin.ModelAdmin):
     operations = RUN_OPERATIONS
-    list_display = ("workflow_id", "workflow_type", "status_badge", "started_at", "updated_at", "duration",
-                    "schedule_link")
+    list_display = ("workflow_id", "workflow_type", "version", "status_badge", "started_at", "updated_at",
+                    "duration", "schedule_link")
     list_filter = ("status", WorkflowTypeFilter, "schedule", "created_at")
     search_fields = ("=workflow_id", "=run_id", "=idempotency_key")
     show_full_result_count = False  # no COUNT(*) over the whole table
@@ -147,7 +149,8 @@ class WorkflowAdmin(OperationsMixin, ReadOnlyMixin, admin.ModelAdmin):
         css = {"all": ("django_weft/admin.css",)}  # the status-count chips
 
     fieldsets = (
-        (None, {"fields": ("workflow_id", "run_id", "workflow_type", "status_badge", "wait_reason")}),
+        (None, {"fields": ("workflow_id", "run_id", "workflow_type", "version", "status_badge", "wait_reason",
+                           "failure_category", "termination_reason", "history_length")}),
         (_("Payloads"), {"fields": ("input_pretty", "result_pretty", "error_pretty")}),
         (_("Timing"), {"fields": ("created_at", "started_at", "updated_at", "finished_at", "duration",
                                   "runnable_at", "execution_deadline")}),
@@ -155,7 +158,8 @@ class WorkflowAdmin(OperationsMixin, ReadOnlyMixin, admin.ModelAdmin):
                                    "restarted_from", "idempotency_key", "tags", "search_attributes")}),
         (_("Execution"), {"fields": ("lease_owner", "fence", "awaiting_signals", "cancel_requested_at")}),
     )
-    readonly_fields = ("workflow_id", "run_id", "workflow_type", "status_badge", "wait_reason", "input_pretty",
+    readonly_fields = ("workflow_id", "run_id", "workflow_type", "version", "status_badge", "wait_reason",
+                       "failure_category", "termination_reason", "history_length", "input_pretty",
                        "result_pretty", "error_pretty", "created_at", "started_at", "updated_at",
                        "finished_at", "duration", "runnable_at", "execution_deadline", "parent_link",
                        "children_links", "schedule_link", "scheduled_for", "restarted_from", "idempotency_key",
@@ -371,6 +375,14 @@ class WorkflowAdmin(OperationsMixin, ReadOnlyMixin, admin.ModelAdmin):
     @admin.display(description=_("status"), ordering="status")
     def status_badge(self, run: Workflow) -> str:
         return badge(run.status, run.get_status_display())
+
+    @admin.display(description=_("history length"))
+    def history_length(self, run: Workflow) -> str:
+        """Journal rows, and the share of WEFT_MAX_HISTORY they use once it is worth saying."""
+        rows = WorkflowStep.objects.filter(run=run).count()
+        limit = weft_settings.MAX_HISTORY
+        share = rows / limit if limit else 0
+        return f"{rows} ({share:.0%} of WEFT_MAX_HISTORY)" if share >= 0.1 else str(rows)
 
     @admin.display(description=_("duration"))
     def duration(self, run: Workflow) -> str:

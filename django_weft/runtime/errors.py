@@ -27,6 +27,27 @@ class StopExecution(BaseException):
         self.fail_with = fail_with
 
 
+class ContinueAsNew(BaseException):
+    """``ctx.continue_as_new()``: the executor ends the run and starts the next with this (encoded) input."""
+
+    def __init__(self, input: bytes) -> None:
+        super().__init__()
+        self.input = input
+
+
+class HistoryLimitReached(BaseException):
+    """The run's next step would pass WEFT_MAX_HISTORY journal rows."""
+
+    def __init__(self, seq: int, limit: int) -> None:
+        super().__init__()
+        self.seq = seq
+        self.limit = limit
+
+
+class ReplayFrontier(BaseException):
+    """A dry replay (the replay check) reached work not in the journal: everything before it matched."""
+
+
 MAX_TRACEBACK_CHARS = 8000
 MAX_MESSAGE_CHARS = 4000
 

@@ -10,11 +10,21 @@ from django.db import DatabaseError
 
 from .. import clock, transitions
 from ..codec import decode, encode
+from ..conf import weft_settings
 from ..exceptions import ActivityError, FencingError, WorkflowNotRegistered
-from ..models import StepKind, StepStatus, Timer, WorkflowStep
+from ..models import FailureCategory, StepKind, StepStatus, Timer, WorkflowStep
 from ..registry import get_workflow
+from ..starts import prepare_run
 from .context import Context
-from .errors import StopExecution, Suspend, error_dict, is_transient, refused_by_database
+from .errors import (
+    ContinueAsNew,
+    HistoryLimitReached,
+    StopExecution,
+    Suspend,
+    error_dict,
+    is_transient,
+    refused_by_database,
+)
 
 logger = logging.getLogger("django_weft.executor")
 
@@ -27,9 +37,12 @@ UNKNOWN_TYPE_RETRY = timedelta(seconds=60)
 BATCH_HOLD_SECONDS = 2.0
 
 # Outcomes of execute()
-COMPLETED, FAILED, CANCELLED, WAITING, RELEASED, LOST, TIMED_OUT = (
-    "completed", "failed", "cancelled", "waiting", "released", "lost", "timed_out",
+COMPLETED, FAILED, CANCELLED, WAITING, RELEASED, LOST, TIMED_OUT, CONTINUED = (
+    "completed", "failed", "cancelled", "waiting", "released", "lost", "timed_out", "continued",
 )
+
+# weft_maintenance warns about a run whose journal holds this share of WEFT_MAX_HISTORY.
+HISTORY_WARNING = 0.8
 
 
 def execute(claim: transitions.Claim, should_stop: Callable[[], bool] = lambda: False) -> str:
@@ -42,8 +55,9 @@ def execute(claim: transitions.Claim, should_stop: Callable[[], bool] = lambda: 
         return _finish(claim, transitions.S.CANCELLED,
                        error={"type": "Cancelled", "message": "cancel requested by the parent run"})
     try:
-        definition = get_workflow(run.workflow_type)
+        definition = get_workflow(run.workflow_type, version=run.version)
     except WorkflowNotRegistered as exc:
+        # Held, not failed: a deploy may be rolling out (or back to) the code that has it.
         logger.error("run %s: %s; retrying in %s", run.pk, exc, UNKNOWN_TYPE_RETRY)
         transitions.release(claim, now, retry_at=now + UNKNOWN_TYPE_RETRY, reason=str(exc))
         return RELEASED
@@ -59,6 +73,14 @@ def execute(claim: transitions.Claim, should_stop: Callable[[], bool] = lambda: 
             timers = {int(t.seq or 0): t for t in Timer.objects.filter(run_id=run.pk, fired_at__isnull=True,
                                                                        seq__isnull=False)}
     claim.has_dependents = any(step.kind == StepKind.CHILD for step in journal.values())
+    if claim.previous_status == transitions.S.RUNNING and claim.previous_owner:
+        poisoned = _count_recovery(claim, len(journal))
+        if poisoned is not None:
+            return poisoned
+    if len(journal) >= HISTORY_WARNING * weft_settings.MAX_HISTORY:
+        logger.warning("run %s of %s holds %d journal rows, %d%% of WEFT_MAX_HISTORY (%d); it times out at the "
+                       "limit: let it ctx.continue_as_new()", run.pk, run.workflow_type, len(journal),
+                       100 * len(journal) // weft_settings.MAX_HISTORY, weft_settings.MAX_HISTORY)
     ctx = Context(claim, journal, timers, should_stop)
     try:
         value = definition.fn(ctx, decode(run.input)) if definition.takes_input else definition.fn(ctx)
@@ -66,6 +88,14 @@ def execute(claim: transitions.Claim, should_stop: Callable[[], bool] = lambda: 
         result = encode(value, what=f"result of workflow {run.workflow_type!r}")
     except Suspend:
         return WAITING
+    except ContinueAsNew as continued:
+        return _continue(claim, continued.input)
+    except HistoryLimitReached as limit:
+        message = (f"the run's journal reached WEFT_MAX_HISTORY ({limit.limit} rows) at step {limit.seq}; a run that "
+                   "loops for long should ctx.continue_as_new()")
+        logger.error("run %s of %s timed out: %s", run.pk, run.workflow_type, message)
+        return _finish(claim, transitions.S.TIMED_OUT, error={"type": "HistoryLimit", "message": message},
+                       failure_category=FailureCategory.TIMEOUT, termination_reason="history_limit")
     except StopExecution as stop:
         if stop.fail_with is not None:
             return _finish(claim, transitions.S.FAILED, error=stop.fail_with)
@@ -84,15 +114,54 @@ def execute(claim: transitions.Claim, should_stop: Callable[[], bool] = lambda: 
     return _finish(claim, transitions.S.COMPLETED, result=result)
 
 
+def _count_recovery(claim: transitions.Claim, progress: int) -> str | None:
+    """This claim took the run over from an executor that died. One that keeps dying at the same step (a
+    poison run: it exhausts memory, crashes the interpreter) fails after WEFT_MAX_RECOVERY_ATTEMPTS instead
+    of being re-claimed forever. Returns the outcome if the run failed, else None."""
+    run = claim.run
+    recoveries = run.recoveries + 1 if run.recovery_mark == progress else 1
+    limit = int(weft_settings.MAX_RECOVERY_ATTEMPTS)
+    if recoveries >= limit:
+        message = (f"the run was taken over {recoveries} times at step {progress + 1} without progress: each "
+                   "executor running it died there (WEFT_MAX_RECOVERY_ATTEMPTS)")
+        logger.error("run %s of %s failed: %s", run.pk, run.workflow_type, message)
+        return _finish(claim, transitions.S.FAILED, error={"type": "RecoveryLimit", "message": message,
+                                                           "step": progress + 1},
+                       failure_category=FailureCategory.SYSTEM)
+    try:
+        transitions.note_recovery(claim, clock.now(), recoveries, progress)
+    except FencingError:
+        return LOST
+    run.recoveries, run.recovery_mark = recoveries, progress
+    return None
+
+
+def _continue(claim: transitions.Claim, data: bytes) -> str:
+    """The run continues as new: the next run of its workflow id, with the newest version of its type."""
+    run = claim.run
+    following = prepare_run(get_workflow(run.workflow_type), workflow_id=run.workflow_id, tags=run.tags,
+                            search_attributes=run.search_attributes)
+    following.input = data
+    following.restarted_from = run
+    following.schedule_id = run.schedule_id
+    following.parent_id, following.parent_close_policy = run.parent_id, run.parent_close_policy
+    try:
+        transitions.continue_as_new(claim, clock.now(), following)
+    except FencingError:
+        return LOST
+    return CONTINUED
+
+
 def hand_back(claim: transitions.Claim) -> str:
     """Release a held run without executing it (a stop, a held-up batch): RELEASED, or LOST if taken."""
     return RELEASED if transitions.release(claim, clock.now()) else LOST
 
 
 def _finish(claim: transitions.Claim, status: str, *, result: bytes | None = None,
-            error: dict | None = None) -> str:
+            error: dict | None = None, failure_category: str = "", termination_reason: str = "") -> str:
     try:
-        transitions.finish(claim, clock.now(), status, result=result, error=error)
+        transitions.finish(claim, clock.now(), status, result=result, error=error,
+                           failure_category=failure_category, termination_reason=termination_reason)
     except FencingError:
         return LOST
     except DatabaseError as exc:

@@ -67,7 +67,7 @@ class ChildHandle(Pending[Any]):
     def poll(self, now: datetime) -> None:
         if self._settled or not self._positioned:
             return
-        run = Workflow.objects.filter(pk=self.run_id).only("status", "result", "error").first()
+        run = Workflow.objects.end_of_chain(Workflow.objects.filter(pk=self.run_id).first())
         if run is None or not run.is_finished:
             return
         if run.status == RunStatus.COMPLETED:

@@ -14,10 +14,11 @@ from django.db import DatabaseError
 
 from ... import clock, journal, transitions
 from ...activities import ActivityInfo
+from ...conf import weft_settings
 from ...exceptions import FencingError, NonDeterminismError
-from ...models import Timer, WorkflowStep
+from ...models import StepKind, StepStatus, Timer, WorkflowStep
 from ..attempt_pool import AttemptPool
-from ..errors import StopExecution, Suspend, is_transient, refused_by_database
+from ..errors import HistoryLimitReached, ReplayFrontier, StopExecution, Suspend, is_transient, refused_by_database
 
 logger = logging.getLogger("django_weft.executor")
 
@@ -31,11 +32,16 @@ class ReplayCore:
         steps: dict[int, WorkflowStep],
         timers: dict[int, Timer],
         should_stop: Callable[[], bool] = lambda: False,
+        *,
+        dry: bool = False,
     ) -> None:
         self._claim = claim
         self._journal = steps
         self._timers = timers
         self._should_stop = should_stop
+        # A dry replay (the replay check) executes and writes nothing: it stops where new work would begin.
+        self._dry = dry
+        self._max_history = int(weft_settings.MAX_HISTORY)
         self._seq = 0
         # Signals consumed by this execution whose consumption is not committed yet.
         self._consumed_signals: set[int] = set()
@@ -65,11 +71,19 @@ class ReplayCore:
         seq = self._seq
         step = self._journal.get(seq)
         if step is not None and (step.kind != kind or step.name != name):
+            hint = (f"; the code no longer asks for the patch {step.name!r}: keep ctx.deprecate_patch({step.name!r}) "
+                    "there until no open run has its marker") if step.kind == StepKind.PATCH else (
+                "; guard a change with ctx.patched(change_id), or run manage.py weft_replay_check before a deploy")
             raise NonDeterminismError(
                 f"step {seq} of run {self.run_id}: the journal recorded {step.kind} {step.name!r} but the "
                 f"workflow code now asks for {kind} {name!r}; workflow code must make the same durable "
-                "calls in the same order on every replay (deploy changes as a new workflow name)"
+                f"calls in the same order on every replay{hint}",
+                seq=seq, recorded=f"{step.kind} {step.name!r}", requested=f"{kind} {name!r}",
             )
+        if step is None and seq > self._max_history:
+            raise HistoryLimitReached(seq, self._max_history)
+        if self._dry and step is not None and step.status == StepStatus.WAITING and step.kind == StepKind.ACTIVITY:
+            raise ReplayFrontier()  # the run waits here: its retry or async completion is not replayed
         return seq, step
 
     def _before_new_work(self, *, side_effects: bool) -> None:
@@ -79,6 +93,8 @@ class ReplayCore:
         side effect function) the deferred writes commit, so nothing touches the world while an earlier
         step's result could still be lost.
         """
+        if self._dry:
+            raise ReplayFrontier()
         if self._claim.lost:
             raise StopExecution(release=False)
         if self._should_stop():
@@ -87,6 +103,8 @@ class ReplayCore:
             self._commit()
 
     def _commit(self, writes: Sequence[journal.JournalWrite] = ()) -> None:
+        if self._dry:
+            raise ReplayFrontier()
         try:
             transitions.commit(self._claim, clock.now(), writes)
         except FencingError:
@@ -109,6 +127,8 @@ class ReplayCore:
 
     def _park(self, *, wake_at: datetime | None, reason: str, writes: Sequence[journal.JournalWrite] = (),
               awaiting_signals: Sequence[str] = ()) -> NoReturn:
+        if self._dry:
+            raise ReplayFrontier()
         try:
             transitions.park(self._claim, clock.now(), wake_at=wake_at, reason=reason, writes=writes,
                              awaiting_signals=awaiting_signals)
@@ -122,7 +142,8 @@ class ReplayCore:
         """Fold a write into the run's next commit (made before the next side effect, at the latest when
         the run parks, finishes or is handed back). Only deterministic workflow code runs in between, so
         a crash in that window only repeats what at-least-once already allows."""
-        self._claim.deferred.append(write)
+        if not self._dry:
+            self._claim.deferred.append(write)
 
     def _step(self, seq: int, kind: str, name: str, status: str, *, attempt: int = 1,
               result: bytes | memoryview | None = None, error: dict | None = None, started: datetime,
@@ -147,5 +168,6 @@ class ReplayCore:
             extra = self._journal[min(seq for seq in self._journal if seq > self._seq)]
             raise NonDeterminismError(
                 f"run {self.run_id}: the workflow returned after {self._seq} step(s), but the journal "
-                f"recorded steps up to {self._journal_end}; step {extra.seq} was {extra.kind} {extra.name!r}"
+                f"recorded steps up to {self._journal_end}; step {extra.seq} was {extra.kind} {extra.name!r}",
+                seq=extra.seq, recorded=f"{extra.kind} {extra.name!r}", requested="the workflow's return",
             )
