@@ -40,10 +40,13 @@ class WorkflowQuerySet(models.QuerySet):
         return run
 
     def latest_for(self, workflow_id: str) -> WorkflowQuerySet:
-        """Runs of ``workflow_id``, latest first: the open run (at most one), then by creation."""
+        """Runs of ``workflow_id``, latest first: the open run (at most one), then by creation (continued
+        runs last)."""
         from .models import RunStatus
 
         return self.filter(workflow_id=workflow_id).order_by(
-            models.Case(models.When(status__in=RunStatus.open_values(), then=0), default=1),
+            # A run that continued as new is never the latest: its successor is.
+            models.Case(models.When(status__in=RunStatus.open_values(), then=0),
+                        models.When(status=RunStatus.CONTINUED, then=2), default=1),
             "-created_at", "-finished_at",
         )

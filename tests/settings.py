@@ -18,6 +18,7 @@ if os.environ.get("WEFT_TEST_DB_NAME"):  # set for subprocesses: use the test da
 
 WEFT_LEASE_SECONDS = float(os.environ.get("WEFT_LEASE_SECONDS", "30"))
 WEFT_HEARTBEAT_SECONDS = float(os.environ.get("WEFT_HEARTBEAT_SECONDS", "10"))
+WEFT_MAX_RECOVERY_ATTEMPTS = int(os.environ.get("WEFT_MAX_RECOVERY_ATTEMPTS", "10"))
 WEFT_SCHEDULES: dict = {}  # tests create their own schedules
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 LOGGING = {"version": 1, "disable_existing_loggers": False}
