@@ -152,6 +152,9 @@ class WorkflowHandle:
             run = Workflow.objects.select_for_update().filter(pk=self.run_id).first()
             if run is None:
                 raise WorkflowNotFound(f"run {self.run_id} of workflow {self.workflow_id!r} does not exist")
+            if run.status == RunStatus.CONTINUED:  # the chain's open run takes it
+                tail = Workflow.objects.end_of_chain(run)
+                run = Workflow.objects.select_for_update().filter(pk=tail.pk).first() or run
             if run.is_finished:
                 raise _closed(run, name)
             return transitions.deliver_signal(run, name, data, signal_id, clock.now())
@@ -307,7 +310,16 @@ def _closed(run: Workflow, name: str) -> WorkflowClosed:
 
 
 def _lock_open_run(workflow_id: str) -> Workflow | None:
-    return Workflow.objects.open().select_for_update().filter(workflow_id=workflow_id).first()
+    for _ in range(3):
+        run = Workflow.objects.open().select_for_update().filter(workflow_id=workflow_id).first()
+        if run is not None:
+            return run
+        # The open run may have just continued as new: this statement waited for its lock and then saw it
+        # closed, and the next statement sees its successor.
+        latest = Workflow.objects.latest_for(workflow_id).only("status").first()
+        if latest is None or (latest.is_finished and latest.status != RunStatus.CONTINUED):
+            return None
+    return None
 
 
 def signal(workflow_id: str, name: str, payload: Any = None, *, signal_id: str | None = None) -> bool:

@@ -301,3 +301,14 @@ def test_a_run_whose_executors_keep_dying_at_one_step_fails_as_a_system_failure(
     assert "taken over 3 times at step 2 without progress" in run.error["message"]
     assert executions("poison") == 3 and executions("poison:before") == 1
     assert handle.failure_category == "system"
+
+
+def test_a_handle_of_a_run_that_continued_signals_its_successor(weft_env):
+    handle = weft.start("evolve.counter", {"total": 0, "every": 1}, workflow_id="follow")
+    handle.signal("tick", 1)
+    weft_env.drive()
+    assert handle.refresh().status == RunStatus.CONTINUED
+    assert handle.signal("tick", 4)  # the old handle: the chain's open run takes it
+    handle.signal("stop")
+    weft_env.drive()
+    assert handle.result() == {"total": 5, "generation": 2}

@@ -31,3 +31,40 @@ def test_a_step_that_kills_every_executor_fails_the_run_after_the_recovery_limit
     assert "taken over 3 times at step 2 without progress" in run.error["message"]
     assert executions("poison-proc") == 3  # the last process did not run the step again
     assert sorted(pids_of("poison-proc")) == sorted(p.pid for p in killed)
+
+
+def test_signals_sent_while_a_run_keeps_continuing_as_new_are_all_consumed_once(postgres_only, maintenance):
+    """Two threads signal the workflow id as fast as they can while a weft_maintenance process executes the
+    chain, which continues as new every 5 signals: every signal reaches a run of the chain, once."""
+    import threading
+
+    from django.db import connections
+
+    weft.start("evolve.counter", {"total": 0, "every": 5}, workflow_id="busy-counter")
+    proc = maintenance("loop", "--interval", "0.2", **SHORT_LEASE)
+    sent = {"count": 0}
+    lock = threading.Lock()
+
+    def sender() -> None:
+        try:
+            for _ in range(100):
+                weft.signal("busy-counter", "tick", 1)
+                with lock:
+                    sent["count"] += 1
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=sender) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert sent["count"] == 200
+    weft.signal("busy-counter", "stop")
+    handle = weft.get_handle("busy-counter")
+    wait_until(lambda: weft.get_handle("busy-counter").refresh().status == RunStatus.COMPLETED,
+               "the chain to consume every signal and stop", 120, [proc])
+    outcome = weft.get_handle("busy-counter").result(timeout=0)
+    assert outcome["total"] == 200, (outcome, proc.output())
+    assert outcome["generation"] >= 39  # it continued every 5 ticks
+    assert handle.workflow_id == "busy-counter"
