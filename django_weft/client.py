@@ -15,7 +15,7 @@ from typing import Any, Literal, NamedTuple
 
 from django.db import DatabaseError, IntegrityError, transaction
 
-from . import clock, liveness, transitions
+from . import clock, liveness, repairs, transitions
 from .codec import decode, encode
 from .durations import to_seconds
 from .exceptions import (
@@ -165,10 +165,10 @@ class WorkflowHandle:
 
     def suspend(self, reason: str = "") -> None:
         """Pause this run until :meth:`resume`."""
-        transitions.suspend(self.run_id, clock.now(), _check_reason(reason))
+        repairs.suspend(self.run_id, clock.now(), _check_reason(reason))
 
     def resume(self) -> None:
-        transitions.resume(self.run_id, clock.now())
+        repairs.resume(self.run_id, clock.now())
 
 
 def _still_open(handle: WorkflowHandle, run: Workflow) -> str:

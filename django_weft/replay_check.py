@@ -136,6 +136,12 @@ def _unmoment(text: str | None) -> datetime | None:
     return None if text is None else datetime.fromisoformat(text)
 
 
+def _required_moment(text: str | None, what: str) -> datetime:
+    if text is None:
+        raise ValueError(f"the history has no {what}")
+    return datetime.fromisoformat(text)
+
+
 def history_run(history: dict[str, Any]) -> tuple[Workflow, list[WorkflowStep], list[Timer]]:
     """The (unsaved) run, steps and timers of an exported history."""
     if not isinstance(history, dict) or history.get("format") != HISTORY_FORMAT:
@@ -144,11 +150,13 @@ def history_run(history: dict[str, Any]) -> tuple[Workflow, list[WorkflowStep], 
     run = Workflow(run_id=uuid.UUID(head["run_id"]), workflow_id=head["workflow_id"],
                    workflow_type=head["workflow_type"], version=int(head.get("version", 1)),
                    status=head.get("status", "waiting"), input=_unbytes(head.get("input")),
-                   created_at=_unmoment(head.get("created_at")))
+                   created_at=_required_moment(head.get("created_at"), "created_at of its run"))
     steps = [WorkflowStep(run_id=run.run_id, seq=s["seq"], kind=s["kind"], name=s["name"], status=s["status"],
                           attempt=s.get("attempt", 1), result=_unbytes(s.get("result")), error=s.get("error"),
-                          started_at=_unmoment(s.get("started_at")), finished_at=_unmoment(s.get("finished_at")))
+                          started_at=_required_moment(s.get("started_at"), f"started_at of step {s['seq']}"),
+                          finished_at=_unmoment(s.get("finished_at")))
              for s in history.get("steps", [])]
-    timers = [Timer(run_id=run.run_id, seq=t["seq"], purpose=t["purpose"], fire_at=_unmoment(t["fire_at"]))
+    timers = [Timer(run_id=run.run_id, seq=t["seq"], purpose=t["purpose"],
+                    fire_at=_required_moment(t.get("fire_at"), f"fire_at of the timer of step {t['seq']}"))
               for t in history.get("timers", [])]
     return run, steps, timers

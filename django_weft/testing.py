@@ -384,9 +384,8 @@ def replay(history: dict[str, Any] | str | os.PathLike[str]) -> None:
     ``history`` is the exported JSON (parsed) or the path of its file. Keep a few exported histories of
     real runs in your tests, and a change that would break open runs fails there first.
     """
-    if not isinstance(history, dict):
-        history = json.loads(Path(history).read_text(encoding="utf-8"))
-    run, steps, timers = history_run(history)
+    data = history if isinstance(history, dict) else json.loads(Path(history).read_text(encoding="utf-8"))
+    run, steps, timers = history_run(data)
     problem = replay_run(run, steps, timers)
     if problem is not None:
         raise NonDeterminismError(problem.message, seq=problem.seq, recorded=problem.recorded,

@@ -81,7 +81,7 @@ from datetime import timedelta  # noqa: E402
 from django.contrib.admin.models import CHANGE, DELETION, LogEntry  # noqa: E402
 from django.contrib.auth.models import Permission  # noqa: E402
 
-from django_weft import transitions  # noqa: E402
+from django_weft import repairs  # noqa: E402
 from django_weft.admin.describe import describe_cron, describe_interval  # noqa: E402
 from django_weft.exceptions import TransitionNotAllowed  # noqa: E402
 from django_weft.models import (  # noqa: E402
@@ -457,7 +457,7 @@ def test_anonymous_users_are_sent_to_login_everywhere(client, weft_env):
 def test_retry_failed_deletes_the_failed_step_and_keeps_the_rest(weft_env):
     handle = fail_run(weft_env, "retry-direct")
     before = Workflow.objects.get(pk=handle.run_id)
-    run = transitions.retry_failed(handle.run_id, weft_env.now())
+    run = repairs.retry_failed(handle.run_id, weft_env.now())
     assert run.status == "running" and run.error is None and run.finished_at is None
     assert run.fence == before.fence + 1 and run.runnable_at == weft_env.now()
     assert not WorkflowStep.objects.filter(run_id=handle.run_id).exists()
@@ -470,7 +470,7 @@ def test_retry_failed_replays_a_run_that_failed_outside_a_step(weft_env):
     weft_env.drive()
     child = Workflow.objects.get(parent_id=parent.run_id)
     assert child.status == "failed" and not WorkflowStep.objects.filter(run=child).exists()
-    transitions.retry_failed(child.pk, weft_env.now())
+    repairs.retry_failed(child.pk, weft_env.now())
     weft_env.drive()
     assert Workflow.objects.get(pk=child.pk).status == "failed"  # same code, same failure
     assert executions("rf:child") == 2
@@ -479,11 +479,11 @@ def test_retry_failed_replays_a_run_that_failed_outside_a_step(weft_env):
 def test_retry_failed_refuses_other_states_and_a_newer_open_run(weft_env):
     open_run = weft.start("test.collect", 1, workflow_id="rf-open")
     with pytest.raises(TransitionNotAllowed):
-        transitions.retry_failed(open_run.run_id, weft_env.now())
+        repairs.retry_failed(open_run.run_id, weft_env.now())
     handle = fail_run(weft_env, "rf-dup")
     weft.start("test.collect", 1, workflow_id="rf-dup", on_terminal_conflict="start_new")
     with pytest.raises(TransitionNotAllowed, match="another run"):
-        transitions.retry_failed(handle.run_id, weft_env.now())
+        repairs.retry_failed(handle.run_id, weft_env.now())
     assert handle.status == "failed"
 
 

@@ -13,7 +13,7 @@ from django.test import override_settings
 from django.urls import reverse
 
 import django_weft as weft
-from django_weft import transitions
+from django_weft import repairs
 from django_weft.models import AsyncActivity, Schedule, Signal, Workflow, WorkflowStep
 from tests.testapp.hardening_workflows import Crash, handed_out
 from tests.testapp.workflows import executions
@@ -70,7 +70,7 @@ def test_the_token_of_a_failed_attempt_is_refused_after_an_operator_retry(weft_e
     weft_env.drive()
     assert handle.refresh().status == "failed"
 
-    transitions.retry_failed(handle.run_id, weft_env.now())
+    repairs.retry_failed(handle.run_id, weft_env.now())
     weft_env.drive()
     assert handle.refresh().status == "waiting"
     new_token = handed_out["retry:2"]
@@ -88,7 +88,7 @@ def test_a_completion_arriving_after_a_retry_but_before_the_replay_is_applied(we
     weft_env.drive()
     weft.fail_async_activity(handed_out["race:1"], "no")
     weft_env.drive()
-    transitions.retry_failed(handle.run_id, weft_env.now())
+    repairs.retry_failed(handle.run_id, weft_env.now())
     # The new attempt's token is deterministic; an outside system that has it answers before the replay.
     run = handle.refresh()
     token = weft.tokens.make_task_token(run.run_id, 1, 1, run.retries)

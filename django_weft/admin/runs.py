@@ -16,7 +16,7 @@ from django.utils.safestring import mark_safe
 from django.utils.translation import gettext as _t
 from django.utils.translation import gettext_lazy as _
 
-from .. import clock, liveness, transitions
+from .. import clock, liveness, repairs, transitions
 from ..activities import complete_async_activity, fail_async_activity
 from ..client import WorkflowHandle
 from ..conf import weft_settings
@@ -91,17 +91,17 @@ def _cancel(request: HttpRequest, run: Workflow) -> str:
 
 
 def _retry(request: HttpRequest, run: Workflow) -> str:
-    transitions.retry_failed(run.pk, clock.now())
+    repairs.retry_failed(run.pk, clock.now())
     return ""
 
 
 def _suspend(request: HttpRequest, run: Workflow) -> str:
-    transitions.suspend(run.pk, clock.now(), f"suspended {_who(request)}")
+    repairs.suspend(run.pk, clock.now(), f"suspended {_who(request)}")
     return ""
 
 
 def _resume(request: HttpRequest, run: Workflow) -> str:
-    transitions.resume(run.pk, clock.now())
+    repairs.resume(run.pk, clock.now())
     return ""
 
 

@@ -2,7 +2,9 @@
 
 Only in projects with ``"django_weft.bench"`` in INSTALLED_APPS. ``--processes``, ``--celery-workers`` and
 ``--latency`` execute in subprocesses: see django_weft.bench.processes, .celery_worker and .latency;
-``--parallel`` compares parallel branches with sequential steps (django_weft.bench.parallel). It
+``--parallel`` compares parallel branches with sequential steps (django_weft.bench.parallel),
+``--replay-check`` times the replay check over seeded runs (django_weft.bench.replay_bench) and
+``--continue-as-new`` the wake cost of a run looping on signals (django_weft.bench.continue_bench). It
 refuses to run beside live executors, and deletes what it created however it ends: normally, on an error,
 on Ctrl-C or SIGTERM (a second signal exits at once, without the cleanup).
 """
@@ -88,7 +90,17 @@ class Command(BaseCommand):
         "asyncio.sleep) against runs doing the same K activities one ctx.run after another, and the same with "
         "activities that return at once (the overhead per branch); the gathers run with "
         "WEFT_MAX_PARALLEL_ACTIVITIES raised to at least K, and again at the configured limit for K above it "
-        "(see django_weft.bench.parallel). It refuses to run while executors are live "
+        "(see django_weft.bench.parallel). With --replay-check N it bulk-creates N open runs of "
+        "'weft.bench.replay' parked at a signal wait after --steps activity steps (1% of them deliberately "
+        "mismatched with the code: a renamed step, another signal, an unregistered version), replays them with "
+        "the replay check (check_runs(), then manage.py weft_replay_check) and reports runs/s, seconds, steps "
+        "replayed and the runs reported failing, which must be exactly the mismatched ones (see "
+        "django_weft.bench.replay_bench). With --continue-as-new it drives a run looping on "
+        "ctx.wait_for_signal() that continues as new every --continue-every (100) signals, and at each of "
+        "--milestones (100,10000,100000 signals consumed) measures --window (200) signals sent one at a time, "
+        "each followed by the executions it causes: ms per signal, queries and commits per signal; the same "
+        "for a run that never continues as new at --plain-milestones (100,2000; capped, since its cost grows "
+        "with its journal) (see django_weft.bench.continue_bench). It refuses to run while executors are live "
         "on the database (their heartbeat rows), and deletes what it created on every exit path, SIGTERM and "
         "Ctrl-C included."
     )
@@ -147,6 +159,23 @@ class Command(BaseCommand):
                             help="With --parallel: how long each activity waits (default 0.2).")
         parser.add_argument("--repeat", type=int, default=None,
                             help="With --parallel: runs per figure, whose median is reported (default 3).")
+        parser.add_argument("--replay-check", type=int, default=None, metavar="N",
+                            help="Seed N open runs parked at a signal wait after --steps activity steps (1%% "
+                                 "mismatched with the code) and time the replay check over them.")
+        parser.add_argument("--continue-as-new", action="store_true",
+                            help="Measure the cost per signal of a run looping on signals that continues as new "
+                                 "every --continue-every signals, against one that never does.")
+        parser.add_argument("--milestones", default=None, metavar="N[,N...]",
+                            help="With --continue-as-new: signals consumed at which a window is measured "
+                                 "(default 100,10000,100000).")
+        parser.add_argument("--plain-milestones", default=None, metavar="N[,N...]",
+                            help="With --continue-as-new: the same for the run that never continues as new "
+                                 "(default 100,2000; none to skip it).")
+        parser.add_argument("--window", type=int, default=None,
+                            help="With --continue-as-new: signals sent one at a time per milestone (default 200).")
+        parser.add_argument("--continue-every", type=int, default=None,
+                            help="With --continue-as-new: signals per run before it continues as new "
+                                 "(default 100).")
         parser.add_argument("--interval", type=float, default=None,
                             help="Poll interval of the weft_maintenance subprocesses (--latency: default 1; "
                                  "--processes: default WEFT_POLL_INTERVAL).")
@@ -168,6 +197,25 @@ class Command(BaseCommand):
 
     def handle_mode(self, *, workflows: int | None, schedules: int | None, profile: str | None, steps: int,
                     workers: int, probe_seconds: float, timeout: float, keep: bool, **options: Any) -> None:
+        continue_options = ("milestones", "plain_milestones", "window", "continue_every")
+        others = ("seed_runs", "processes", "celery_workers", "latency", "interval", "parallel", "sleep_seconds",
+                  "repeat")
+        if options.get("replay_check") is not None:
+            if workflows is not None or schedules is not None or profile is not None or options.get(
+                    "continue_as_new") or any(options.get(name) is not None for name in (*others, *continue_options)):
+                raise CommandError("--replay-check goes alone (with --steps, --keep)")
+            self.handle_replay_check(options["replay_check"], steps, keep=keep)
+            return
+        if options.get("continue_as_new"):
+            if workflows is not None or schedules is not None or profile is not None or any(
+                    options.get(name) is not None for name in others):
+                raise CommandError("--continue-as-new goes alone (with --milestones, --plain-milestones, --window, "
+                                   "--continue-every, --keep)")
+            self.handle_continue_as_new(options, keep=keep)
+            return
+        if any(options.get(name) is not None for name in continue_options):
+            raise CommandError("--milestones, --plain-milestones, --window and --continue-every go with "
+                               "--continue-as-new")
         if options.get("parallel") is not None:
             alone = ("seed_runs", "processes", "celery_workers", "latency", "interval")
             if workflows is not None or schedules is not None or profile is not None or any(
@@ -378,6 +426,67 @@ class Command(BaseCommand):
         try:
             figures = run_parallel_bench(branch_counts=branch_counts, sleep_seconds=sleep_seconds, repeat=repeat,
                                          timeout=timeout, keep=keep, progress=progress)
+        except BenchError as exc:
+            raise CommandError(f"weft_bench: {exc}") from None
+        for line in format_table(figures):
+            self.stdout.write(line)
+        self.stdout.write(json.dumps(figures, sort_keys=False))
+
+    def handle_replay_check(self, runs: int, steps: int, *, keep: bool) -> None:
+        if runs < 1:
+            raise CommandError("--replay-check must be at least 1")
+        if steps < 1:
+            raise CommandError("--steps must be at least 1 with --replay-check (the runs' recorded activity steps)")
+
+        from django_weft.bench.core import BenchError
+        from django_weft.bench.replay_bench import format_table, run_replay_bench
+
+        self.refuse_beside_live_executors()
+        progress = self.progress_writer()
+        try:
+            figures = run_replay_bench(runs=runs, steps=steps, keep=keep, progress=progress)
+        except BenchError as exc:
+            raise CommandError(f"weft_bench: {exc}") from None
+        for line in format_table(figures):
+            self.stdout.write(line)
+        self.stdout.write(json.dumps(figures, sort_keys=False))
+
+    def handle_continue_as_new(self, options: dict[str, Any], *, keep: bool) -> None:
+        from django_weft.bench.continue_bench import (
+            DEFAULT_EVERY,
+            DEFAULT_MILESTONES,
+            DEFAULT_PLAIN_MILESTONES,
+            DEFAULT_WINDOW,
+            check_spacing,
+            format_table,
+            parse_milestones,
+            run_continue_bench,
+        )
+        from django_weft.bench.core import BenchError
+
+        window = DEFAULT_WINDOW if options.get("window") is None else options["window"]
+        every = DEFAULT_EVERY if options.get("continue_every") is None else options["continue_every"]
+        if window < 1:
+            raise CommandError("--window must be at least 1")
+        if every < 1:
+            raise CommandError("--continue-every must be at least 1")
+        try:
+            milestones = (list(DEFAULT_MILESTONES) if options.get("milestones") is None
+                          else parse_milestones(options["milestones"], "--milestones"))
+            plain = (list(DEFAULT_PLAIN_MILESTONES) if options.get("plain_milestones") is None
+                     else parse_milestones(options["plain_milestones"], "--plain-milestones"))
+            if not milestones:
+                raise ValueError("--milestones needs at least one signal count")
+            check_spacing(milestones, window, "--milestones")
+            check_spacing(plain, window, "--plain-milestones")
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
+
+        self.refuse_beside_live_executors()
+        progress = self.progress_writer()
+        try:
+            figures = run_continue_bench(milestones=milestones, plain_milestones=plain, window=window, every=every,
+                                         keep=keep, progress=progress)
         except BenchError as exc:
             raise CommandError(f"weft_bench: {exc}") from None
         for line in format_table(figures):
