@@ -312,3 +312,15 @@ def test_a_handle_of_a_run_that_continued_signals_its_successor(weft_env):
     handle.signal("stop")
     weft_env.drive()
     assert handle.result() == {"total": 5, "generation": 2}
+
+
+def test_the_replay_check_passes_runs_parked_in_branches_retries_and_async_waits(weft_env):
+    parked = [weft.start("branches.approval", 2), weft.start("branches.activity_and_timer", "rc-t"),
+              weft.start("branches.retrying_branch", "rc-r"), weft.start("branches.async_branch", "rc-a"),
+              weft.start("test.async", "rc-seq")]
+    weft_env.drive()
+    assert all(h.refresh().status == RunStatus.WAITING for h in parked)
+    code, output = replay_check()
+    assert code == 0, output
+    assert "5 run(s) replayed" in output
+    assert executions("rc-t") == 1  # nothing was executed again
