@@ -9,5 +9,8 @@
   :mod:`.celery_worker`, the Celery-worker mode;
 * :mod:`.latency`: the signal-to-resume latency of an idle loop;
 * :mod:`.parallel`: parallel branches (``ctx.gather``) against the sequential form of the same work (``--parallel``);
+* :mod:`.replay_bench`: the replay check over seeded open runs, 1% of them mismatched (``--replay-check``);
+* :mod:`.continue_bench`: the cost per signal of a run looping on signals with and without
+  ``ctx.continue_as_new`` (``--continue-as-new``);
 * :mod:`.seed`: a large seeded history and the run admin's timings against it.
 """
