@@ -152,23 +152,29 @@ class WorkflowHandle:
             run = Workflow.objects.select_for_update().filter(pk=self.run_id).first()
             if run is None:
                 raise WorkflowNotFound(f"run {self.run_id} of workflow {self.workflow_id!r} does not exist")
-            if run.status == RunStatus.CONTINUED:  # the chain's open run takes it
+            for _ in range(3):  # the chain's open run takes it (it may continue meanwhile: follow again)
+                if run.status != RunStatus.CONTINUED:
+                    break
                 tail = Workflow.objects.end_of_chain(run)
                 run = Workflow.objects.select_for_update().filter(pk=tail.pk).first() or run
             if run.is_finished:
                 raise _closed(run, name)
             return transitions.deliver_signal(run, name, data, signal_id, clock.now())
 
+    def _current_run_id(self) -> uuid.UUID:
+        """This run, or, if it continued as new, the run its chain has reached."""
+        return Workflow.objects.end_of_chain(self.refresh()).pk
+
     def cancel(self, reason: str = "") -> bool:
-        """Cancel this run. Returns False if it had already finished."""
-        return transitions.cancel(self.run_id, clock.now(), _check_reason(reason))
+        """Cancel this run (the chain's run, if it continued as new). Returns False if it had finished."""
+        return transitions.cancel(self._current_run_id(), clock.now(), _check_reason(reason))
 
     def suspend(self, reason: str = "") -> None:
         """Pause this run until :meth:`resume`."""
-        repairs.suspend(self.run_id, clock.now(), _check_reason(reason))
+        repairs.suspend(self._current_run_id(), clock.now(), _check_reason(reason))
 
     def resume(self) -> None:
-        repairs.resume(self.run_id, clock.now())
+        repairs.resume(self._current_run_id(), clock.now())
 
 
 def _still_open(handle: WorkflowHandle, run: Workflow) -> str:
@@ -413,6 +419,9 @@ def start_or_signal(
         with transaction.atomic():
             if idempotency_key is not None:
                 target = Workflow.objects.select_for_update().filter(idempotency_key=idempotency_key).first()
+                if target is not None and target.status == RunStatus.CONTINUED:  # the chain it started
+                    tail = Workflow.objects.end_of_chain(target)
+                    target = Workflow.objects.select_for_update().filter(pk=tail.pk).first()
             elif workflow_id is not None:
                 target = _lock_open_run(workflow_id)
                 if target is None:

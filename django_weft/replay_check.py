@@ -22,7 +22,7 @@ from .exceptions import NonDeterminismError, WorkflowNotRegistered
 from .models import Timer, Workflow, WorkflowStep
 from .registry import get_workflow
 from .runtime.context import Context
-from .runtime.errors import ReplayFrontier, StopExecution, Suspend
+from .runtime.errors import HistoryLimitReached, ReplayFrontier, StopExecution, Suspend
 
 # Runs whose journals are read in one query.
 BATCH = 500
@@ -69,8 +69,15 @@ def replay(run: Workflow, steps: Iterable[WorkflowStep], timers: Iterable[Timer]
                              exc.recorded, exc.requested)
     except (ReplayFrontier, Suspend, StopExecution):
         pass  # reached where the run is now: everything before matched
-    except Exception:
-        pass
+    except HistoryLimitReached as limit:
+        return ReplayProblem(run.run_id, run.workflow_id, run.workflow_type, run.version,
+                             f"it would time out: its next step {limit.seq} passes WEFT_MAX_HISTORY ({limit.limit})")
+    except Exception as exc:
+        # A finished run may replay to the error it failed with; an open run's code raising before it gets
+        # to where the run is means the run would fail.
+        if not run.is_finished:
+            return ReplayProblem(run.run_id, run.workflow_id, run.workflow_type, run.version,
+                                 f"its code raises {type(exc).__name__} while replaying: {exc}")
     finally:
         ctx.close_branches()
     return None

@@ -51,6 +51,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     S.FAILED: frozenset(),
     S.CANCELLED: frozenset(),
     S.TIMED_OUT: frozenset(),
+    S.CONTINUED: frozenset(),
 }
 
 FINISH_SIGNALS: dict[str, Any] = {
@@ -241,10 +242,25 @@ def continue_as_new(claim: Claim, now: datetime, following: Workflow) -> None:
         _lock_owners(run.schedule_id, run.parent_id)
         _fenced_write(claim, now, status=S.CONTINUED, runnable_at=None, lease_owner="", wait_reason="",
                       finished_at=now, awaiting_signals=[])
-        current = Workflow.objects.filter(pk=run.pk).values_list("inbox_seq", flat=True).first() or 0
-        following.inbox_seq = current
+        inbox_seq, cancel_requested_at, deadline = Workflow.objects.filter(pk=run.pk).values_list(
+            "inbox_seq", "cancel_requested_at", "execution_deadline").get()
+        following.inbox_seq = inbox_seq
+        # A parent's cancel request that reached the run while it executed, and its execution deadline, hold
+        # for the chain.
+        following.cancel_requested_at = cancel_requested_at
+        following.execution_deadline = deadline
         insert_run(following, delayed_until=None)
+        Timer.objects.filter(run_id=run.pk, fired_at__isnull=True).delete()
         Signal.objects.filter(run_id=run.pk, consumed_at__isnull=True).update(run=following)
+        # A sender that retries a signal this run consumed (same signal_id) must find it delivered: the
+        # successor keeps a consumed copy of each (the ids of one run, so the chain's cost stays flat).
+        Signal.objects.bulk_create([
+            Signal(run=following, name=name, signal_id=signal_id, sequence=sequence, received_at=received_at,
+                   consumed_at=consumed_at)
+            for name, signal_id, sequence, received_at, consumed_at in Signal.objects.filter(
+                run_id=run.pk, consumed_at__isnull=False, signal_id__isnull=False,
+            ).values_list("name", "signal_id", "sequence", "received_at", "consumed_at")
+        ])
         AsyncActivity.objects.filter(run=run, status=AsyncStatus.PENDING).update(
             status=AsyncStatus.CANCELLED, resolved_at=now
         )
@@ -373,7 +389,8 @@ def _close_children(run: Workflow, now: datetime, reason: str) -> None:
 
 def cancel_child(run_id: Any, now: datetime, reason: str, policy: str) -> None:
     """Inside the parent's fenced commit (the parent row is locked): close a child by ``policy``."""
-    child = Workflow.objects.select_for_update().filter(pk=run_id).first()
+    child = Workflow.objects.end_of_chain(Workflow.objects.filter(pk=run_id).first())  # it may have continued
+    child = Workflow.objects.select_for_update().filter(pk=child.pk).first() if child is not None else None
     if child is None or child.is_finished:
         return
     if policy == ParentClosePolicy.TERMINATE:

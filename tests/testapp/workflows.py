@@ -297,6 +297,7 @@ def async_early(ctx: weft.Context, key: str) -> object:
 from . import (  # noqa: E402,F401
     branch_process_workflows,
     branch_workflows,
+    evolving_edge_workflows,
     evolving_workflows,
     hardening_workflows,
     schedule_workflows,

@@ -67,7 +67,10 @@ class ChildHandle(Pending[Any]):
     def poll(self, now: datetime) -> None:
         if self._settled or not self._positioned:
             return
-        run = Workflow.objects.end_of_chain(Workflow.objects.filter(pk=self.run_id).first())
+        started = Workflow.objects.filter(pk=self.run_id).first()
+        if started is None:  # retention deleted it after it continued as new: the chain goes on under its id
+            started = Workflow.objects.latest_for(self.workflow_id).filter(parent_id=self._ctx.run_id).first()
+        run = Workflow.objects.end_of_chain(started)
         if run is None or not run.is_finished:
             return
         if run.status == RunStatus.COMPLETED:

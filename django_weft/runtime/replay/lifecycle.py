@@ -33,6 +33,8 @@ class Lifecycle(ReplayCore):
                 self._seq = seq
                 return True
             return False
+        if seq <= self._journal_end:
+            return False  # a gap a branch in flight left: the run has rows past this point, from the old code
         self._seq = seq
         self._before_new_work(side_effects=False)
         now = clock.now()
