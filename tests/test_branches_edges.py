@@ -225,3 +225,86 @@ def test_an_operators_retry_runs_again_the_failed_branch_and_keeps_the_settled_o
     assert executions("gr") == 2 and executions("gr:fine") == 1
     assert list(WorkflowStep.objects.filter(run_id=handle.run_id).values_list("status", flat=True)) == [
         StepStatus.COMPLETED, StepStatus.COMPLETED]
+
+
+replays = {"n": 0}
+
+
+@weft.workflow(name="edges.unawaited_timer")
+def unawaited_timer(ctx: weft.Context) -> object:
+    replays["n"] += 1
+    if replays["n"] > 20:
+        raise RuntimeError("replayed in a loop")  # ends the loop of a regression: the run fails
+    ctx.start_timer(1)  # a branch the code does not wait for (yet)
+    return ctx.wait_for_signal("go")
+
+
+def test_a_timer_nobody_waits_for_does_not_wake_the_run(weft_env):
+    replays["n"] = 0
+    handle = weft.start("edges.unawaited_timer")
+    weft_env.drive()
+    weft_env.advance(timedelta(seconds=2))
+    assert replays["n"] == 1 and handle.refresh().status == RunStatus.WAITING
+    handle.signal("go", "went")
+    weft_env.drive()
+    assert handle.result() == "went"
+
+
+@weft.workflow(name="edges.empty_map")
+def empty_map(ctx: weft.Context) -> list:
+    return ctx.map(fine, [])
+
+
+def test_map_over_no_items_returns_an_empty_list(weft_env):
+    handle = weft.start("edges.empty_map")
+    weft_env.drive()
+    assert handle.result() == []
+
+
+@weft.workflow(name="edges.done_before_a_wait")
+def done_before_a_wait(ctx: weft.Context) -> list:
+    timer = ctx.start_timer(10)
+    ctx.wait_for_signal("go")
+    seen = [timer.done]  # not waited for yet: False, also on replay, however late the replay comes
+    ctx.gather(timer)
+    seen.append(timer.done)
+    ctx.sleep(5)
+    return seen
+
+
+def test_done_is_the_same_on_replay(weft_env):
+    handle = weft.start("edges.done_before_a_wait")
+    weft_env.drive()
+    weft_env.advance(timedelta(seconds=2))
+    handle.signal("go")
+    weft_env.drive()
+    weft_env.advance(timedelta(seconds=20))  # the replays find the timer's row completed
+    assert handle.result() == [False, True]
+
+
+@weft.activity(retry=weft.RetryPolicy(max_attempts=1))
+def slow_item(item: int) -> int:
+    _mark(f"slow:{item}:start")
+    time.sleep(0.6)
+    _mark(f"slow:{item}:end")
+    return item
+
+
+@weft.workflow(name="edges.budgeted_map")
+def budgeted_map(ctx: weft.Context, n: int) -> list:
+    return ctx.map(slow_item, list(range(n)), max_parallel=3)
+
+
+@concurrent
+@override_settings(WEFT_CELERY_TASK_SECONDS=0.3)
+def test_a_celery_task_out_of_time_lets_running_branches_finish_before_it_hands_the_run_on(weft_env):
+    from django_weft.runtime import drive
+
+    handle = weft.start("edges.budgeted_map", 6)
+    for _ in range(20):
+        if handle.refresh().is_finished:
+            break
+        drive.drive_runs(handle.run_id)  # one django_weft.drive task
+    assert handle.result(timeout=0) == list(range(6))
+    time.sleep(0.8)  # an attempt abandoned by a hand-back would finish now
+    assert [executions(f"slow:{i}:start") for i in range(6)] == [1] * 6

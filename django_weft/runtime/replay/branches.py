@@ -106,16 +106,16 @@ class Branches(AsyncActivityOps, Signals):
         seq, step = self._next(StepKind.RACE, "race")
         if step is not None:
             index = int(decode(step.result))
-            if not branches[index].done:  # recorded with the race; only a hand-edited journal lacks it
+            if not branches[index].settled:  # recorded with the race; only a hand-edited journal lacks it
                 self._wait_for([branches[index]], first=False)
         else:
             self._wait_for(branches, first=True)
-            index = next(i for i, branch in enumerate(branches) if branch.done)
+            index = next(i for i, branch in enumerate(branches) if branch.settled)
             self._defer(self._record(self._step(seq, StepKind.RACE, "race", StepStatus.COMPLETED,
                                                 result=encode(index), started=clock.now(), finished=clock.now()),
                                      None))
         for i, branch in enumerate(branches):
-            if i != index and not branch.done:
+            if i != index and not branch.settled:
                 branch.cancel(f"lost the race of step {seq} to step {branches[index].seq}")
         self._commit_deferred()
         return index, branches[index].outcome()
@@ -127,6 +127,8 @@ class Branches(AsyncActivityOps, Signals):
                                          or max_parallel < 1):
             raise InvalidArgument(f"map's max_parallel must be an int >= 1 or None, got {max_parallel!r}")
         queue = list(items)
+        if not queue:
+            return []
         limit = max_parallel or max(1, len(queue))
         started: list[Pending[Any]] = []
         window: list[Pending[Any]] = []  # started and not settled yet
@@ -135,11 +137,11 @@ class Branches(AsyncActivityOps, Signals):
                 branch = self.start_activity(fn, queue[len(started)])
                 started.append(branch)
                 window.append(branch)
-            window = [branch for branch in window if not branch.done]
+            window = [branch for branch in window if not branch.settled]
             if window:
                 self._wait_for(window, first=True)
                 self._commit_deferred()
-                window = [branch for branch in window if not branch.done]
+                window = [branch for branch in window if not branch.settled]
         return self.gather(*started)
 
     # --- waiting ---
@@ -154,14 +156,16 @@ class Branches(AsyncActivityOps, Signals):
         return list(pendings)
 
     def _started(self, branch: Pending[R]) -> Pending[R]:
-        if not branch.done:
+        if not branch.settled:
             self._open_branches.append(branch)
         return branch
 
     def _wait_for(self, branches: list[Pending[Any]], *, first: bool) -> None:
         """Return once every branch (``first``: one) settled, committing settled rows as they come; park
         when nothing runs and nothing can settle yet."""
-        remaining = [branch for branch in branches if not branch.done]
+        for branch in branches:
+            branch.awaited = True  # ``done`` may say it settled from now on (replay-stable: waits replay too)
+        remaining = [branch for branch in branches if not branch.settled]
         if first and len(remaining) < len(branches):
             return
         while remaining:
@@ -169,7 +173,7 @@ class Branches(AsyncActivityOps, Signals):
             unsettled = []
             for branch in remaining:
                 branch.poll(now)
-                if not branch.done:
+                if not branch.settled:
                     unsettled.append(branch)
                 elif first:
                     return  # a race's winner is committed with the race's record
@@ -195,7 +199,7 @@ class Branches(AsyncActivityOps, Signals):
             raise StopExecution(release=False)
 
     def _park_on(self, branches: list[Pending[Any]]) -> NoReturn:
-        unsettled = [branch for branch in branches if not branch.done]
+        unsettled = [branch for branch in branches if not branch.settled]
         for branch in unsettled:
             branch.park_writes()
         wakes = [at for at in (branch.wake_at() for branch in unsettled) if at is not None]
@@ -216,27 +220,38 @@ class Branches(AsyncActivityOps, Signals):
         return self._pool
 
     def _before_new_work(self, *, side_effects: bool) -> None:
-        """Branches that settled meanwhile are recorded first, so their rows commit before the new work."""
+        """Branches that settled meanwhile are recorded first, so their rows commit before the new work. A
+        worker that is stopping (or a Celery task out of time) lets running attempts finish and records them
+        before it hands the run back, as it lets a plain activity finish: they would run again otherwise."""
         if self._open_branches:
             for branch in self._open_branches:
                 if branch.running:
                     cast(ActivityBranch[Any], branch).poll_attempt()
-            self._open_branches = [branch for branch in self._open_branches if not branch.done]
+            if not self._claim.lost and self._should_stop():
+                self._drain_running()
+                self._commit_deferred()
+            self._open_branches = [branch for branch in self._open_branches if not branch.settled]
         super()._before_new_work(side_effects=side_effects)
 
-    def _park(self, *, wake_at: datetime | None, reason: str, writes: Sequence[journal.JournalWrite] = (),
-              awaiting_signals: Sequence[str] = ()) -> NoReturn:
-        """Before any park, running attempts finish and are recorded: a branch the code does not wait for
-        yet would otherwise run again after the wake."""
+    def _drain_running(self) -> None:
+        """Wait for the attempts running in the pool and record how they ended."""
         running = [branch for branch in self._open_branches if branch.running]
         while running:
             self._wait_running(running, [])
             for branch in running:
                 cast(ActivityBranch[Any], branch).poll_attempt()
             running = [branch for branch in running if branch.running]
-        # A branch the code does not wait for may wait on a timer of its own (a retry backoff): the run wakes
-        # for that too, or the retry would wait for whatever the code waits for.
-        wakes = [at for at in (b.wake_at() for b in self._open_branches if not b.done) if at is not None]
+
+    def _park(self, *, wake_at: datetime | None, reason: str, writes: Sequence[journal.JournalWrite] = (),
+              awaiting_signals: Sequence[str] = ()) -> NoReturn:
+        """Before any park, running attempts finish and are recorded: a branch the code does not wait for
+        yet would otherwise run again after the wake."""
+        self._drain_running()
+        # An activity branch the code does not wait for may wait on a timer of its own (a retry backoff): the
+        # run wakes for that too, since a replay carries it on at once. A timer, signal or child branch moves
+        # on only when the code waits for it, so it wakes nothing (waking for it would replay in a loop).
+        wakes = [at for at in (b.wake_at() for b in self._open_branches
+                               if isinstance(b, ActivityBranch) and not b.settled) if at is not None]
         if wakes:
             wake_at = min([*wakes, *([wake_at] if wake_at is not None else [])])
         super()._park(wake_at=wake_at, reason=reason, writes=writes, awaiting_signals=awaiting_signals)
@@ -244,7 +259,7 @@ class Branches(AsyncActivityOps, Signals):
     def close_branches(self) -> None:
         """The execution ended: attempts still running are asked to stop, and nothing more starts."""
         for branch in self._open_branches:
-            if not branch.done:
+            if not branch.settled:
                 branch.abandon("the run's execution ended without waiting for this branch")
         if self._pool is not None:
             self._pool.close()

@@ -46,6 +46,8 @@ class Pending(Generic[T]):
         self._row = row
         self._started = row.started_at if row is not None else clock.now()
         self._settled = False
+        # The code waited for it (result(), gather, race, map): from then on ``done`` tells whether it settled.
+        self.awaited = False
         self._value: Any = None
         self._error: BaseException | None = None
 
@@ -55,6 +57,14 @@ class Pending(Generic[T]):
 
     @property
     def done(self) -> bool:
+        """True once the code waited for the branch (``result()``, ``gather``, ``race``, ``map``) and it
+        settled. Before any wait it is False even if the branch finished meanwhile: when a branch finishes
+        is not recorded, so code that branched on it would take another path on replay."""
+        return self._settled and self.awaited
+
+    @property
+    def settled(self) -> bool:
+        """The engine's view: the branch has its outcome (recorded, or decided in this execution)."""
         return self._settled
 
     def result(self) -> T:
