@@ -279,7 +279,7 @@ def _measure(loop: _Loop, milestones: list[int], window: int, batch: int, using:
         progress(f"{loop.form}: {milestone} signal(s) consumed (fast-forward of {signals} in {fast:.1f}s, "
                  f"journal {journal} row(s)); measuring {window} signal(s) one at a time")
         row = {"signals": milestone, "journal_rows": journal, **loop.window(window, using),
-               "fast_forward_signals": signals, "fast_forward_seconds": round(fast, 3)}
+               "fast_forward_signals": signals, "fast_forward_seconds": round(fast, 3), "loadavg": load_average()}
         loop.check()
         rows.append(row)
         progress(f"{loop.form}: {row['ms_per_signal']:.2f} ms/signal at {milestone}")
@@ -315,6 +315,7 @@ def run_continue_bench(*, milestones: list[int], plain_milestones: list[int], wi
                  "runnable too")
     since = clock.now()
     began = time.perf_counter()
+    load_before = load_average()
     loops: list[_Loop] = []
     try:
         continuing = _Loop("continuing", every)
@@ -339,6 +340,7 @@ def run_continue_bench(*, milestones: list[int], plain_milestones: list[int], wi
         "mode": "continue_as_new",
         "vendor": connections[using].vendor,
         "cpus": os.cpu_count(),
+        "loadavg_before": load_before,
         "loadavg": load_average(),
         "debug": bool(settings.DEBUG),
         "window": window,
@@ -368,7 +370,8 @@ def format_table(figures: dict[str, Any]) -> list[str]:
                 for r in rows]
 
     lines = [
-        f"weft_bench --continue-as-new: {f['vendor']}, {f['cpus']} cpu(s), load {f['loadavg']}; a run looping on "
+        f"weft_bench --continue-as-new: {f['vendor']}, {f['cpus']} cpu(s), load {f['loadavg_before']} at the start, "
+        f"{f['loadavg']} at the end; a run looping on "
         f"ctx.wait_for_signal({TICK!r}); at each milestone (signals consumed) {f['window']} signals are sent one "
         "at a time, each followed by execute_runnable() until the run parks again",
         "ms/signal: mean wall time of weft.signal() + the executions (send ms + exec ms); per signal: queries, "
