@@ -44,7 +44,10 @@ class ReplayCore:
         self._max_history = int(weft_settings.MAX_HISTORY)
         self._seq = 0
         # Signals consumed by this execution whose consumption is not committed yet.
-        self._consumed_signals: set[int] = set()
+        # Per signal name, the highest sequence consumed (every wait takes the lowest unconsumed signal of
+        # its names, so what one execution consumed of a name is a prefix: one bound per name, not a NOT IN
+        # list that grows with every signal of a long execution).
+        self._consumed_up_to: dict[str, int] = {}
         # The identity of the activity attempt run last (did its body hand its task token out?).
         self._last_info: ActivityInfo | None = None
         # The last position the journal holds (branches leave gaps: a row is written when it settles).

@@ -419,7 +419,7 @@ class SignalBranch(Pending[Any]):
             return
         payload = decode(arrived.payload)
         value = [arrived.name, payload] if self._several else payload
-        ctx._consumed_signals.add(arrived.pk)
+        ctx._consumed(arrived)
         ctx._defer(journal.ConsumeSignal(arrived.pk, now, self.seq))
         self._write_row(StepStatus.COMPLETED, result=encode(value, what="signal payload"))
         self._settle(value=tuple(value) if self._several else value)

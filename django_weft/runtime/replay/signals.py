@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any, NoReturn, cast
 
+from django.db.models import Q
+
 from ... import clock, journal
 from ...codec import decode, encode
 from ...durations import to_seconds
@@ -50,7 +52,7 @@ class Signals(ReplayCore):
         if arrived is not None:
             payload = decode(arrived.payload)
             value = [arrived.name, payload] if several else payload
-            self._consumed_signals.add(arrived.pk)
+            self._consumed(arrived)
             self._defer(journal.ConsumeSignal(arrived.pk, now, seq))
             if timer is not None:
                 self._defer(journal.FireTimer(timer.pk, now))
@@ -76,9 +78,15 @@ class Signals(ReplayCore):
 
     def _next_signal(self, names: list[str]) -> Signal | None:
         pending = Signal.objects.filter(run_id=self.run_id, name__in=names, consumed_at__isnull=True)
-        if self._consumed_signals:  # consumed in this execution, not committed yet
-            pending = pending.exclude(pk__in=self._consumed_signals)
+        if any(name in self._consumed_up_to for name in names):  # consumed in this execution, not committed yet
+            after = Q()
+            for name in names:
+                after |= Q(name=name, sequence__gt=self._consumed_up_to.get(name, 0))
+            pending = pending.filter(after)
         return pending.order_by("sequence").first()
+
+    def _consumed(self, signal: Signal) -> None:
+        self._consumed_up_to[signal.name] = max(signal.sequence, self._consumed_up_to.get(signal.name, 0))
 
     def _signal_timed_out(self, seq: int, step: WorkflowStep | None, label: str, started: datetime,
                           timer: Timer | None, now: datetime) -> NoReturn:
