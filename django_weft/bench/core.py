@@ -242,11 +242,27 @@ def delete_runs(run_ids: list) -> int:
     return deleted
 
 
+def _fresh_connection_if_broken(using: str) -> None:
+    """An interrupt (SIGTERM, Ctrl-C) that lands inside a database call, a NOTIFY sent after a commit say,
+    leaves the connection mid-command: the clean-up then needs a new one."""
+    conn = connections[using]
+    try:
+        with conn.cursor() as cursor:
+            cursor.execute("SELECT 1")
+    except Exception:
+        try:
+            conn.close()
+        except Exception:
+            conn.connection = None  # dropped; Django opens a new one on the next query
+
+
 def delete_bench_runs(run_ids: list, workflow_type: str, since: Any) -> int:
     """Delete ``run_ids`` and every other run of ``workflow_type`` created since ``since``: one started
     just as the bench was interrupted may have been committed without reaching ``run_ids``. (The bench
     refuses to run beside live executors, so no other bench is creating such runs meanwhile.)"""
     from ..models import Workflow
+
+    _fresh_connection_if_broken(router.db_for_write(Workflow))
 
     late = Workflow.objects.filter(workflow_type=workflow_type, created_at__gte=since).values_list("pk", flat=True)
     return delete_runs(list({*run_ids, *late}))
