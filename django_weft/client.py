@@ -15,7 +15,7 @@ from typing import Any, Literal, NamedTuple
 
 from django.db import DatabaseError, IntegrityError, transaction
 
-from . import clock, liveness, repairs, transitions
+from . import clock, liveness, queries, repairs, transitions
 from .codec import decode, encode
 from .durations import to_seconds
 from .exceptions import (
@@ -164,6 +164,14 @@ class WorkflowHandle:
     def _current_run_id(self) -> uuid.UUID:
         """This run, or, if it continued as new, the run its chain has reached."""
         return Workflow.objects.end_of_chain(self.refresh()).pk
+
+    def query(self, name: str, *args: Any) -> Any:
+        """Ask the run's query handler ``name`` (``ctx.set_query_handler``) with ``args``: the run's state is
+        rebuilt by replaying its journal, executing and writing nothing. Works on waiting, running and
+        finished runs (of a chain that continued as new: its current run). Raises QueryNotFound (naming the
+        handlers its code registers) or QueryFailed."""
+        _check_id(name, "a query name")
+        return queries.query(Workflow.objects.end_of_chain(self.refresh()), name, args)
 
     def cancel(self, reason: str = "") -> bool:
         """Cancel this run (the chain's run, if it continued as new). Returns False if it had finished."""

@@ -134,6 +134,19 @@ class WaitTimeout(WeftError, TimeoutError):
     """``ctx.wait_for_signal`` timed out before a matching signal arrived."""
 
 
+class QueryNotFound(WeftError, LookupError):
+    """The run's code registers no query handler of that name; ``registered`` lists the ones it does."""
+
+    def __init__(self, message: str, *, name: str, registered: list[str]) -> None:
+        super().__init__(message)
+        self.name = name
+        self.registered = registered
+
+
+class QueryFailed(WeftError):
+    """A query handler raised (its exception is the ``__cause__``), or answered what cannot be encoded."""
+
+
 class StartOrSignalConflict(WeftError):
     """``start_or_signal`` found a finished run and was not allowed to start a new one."""
 

@@ -48,38 +48,50 @@ class ReplayProblem:
                 f"{'' if where else ': ' + self.message}")
 
 
-def replay(run: Workflow, steps: Iterable[WorkflowStep], timers: Iterable[Timer] = ()) -> ReplayProblem | None:
-    """Replay one run's journal dry; the problem it would hit, or None when it replays cleanly."""
-    try:
-        definition = get_workflow(run.workflow_type, version=run.version)
-    except WorkflowNotRegistered as exc:
-        return ReplayProblem(run.run_id, run.workflow_id, run.workflow_type, run.version,
-                             f"it would be held: {exc}")
-    claim = transitions.Claim(run=run, fence=run.fence, owner="weft_replay_check", previous_status=run.status)
+def replay_dry(run: Workflow, steps: Iterable[WorkflowStep],
+               timers: Iterable[Timer] = ()) -> tuple[Context, BaseException | None]:
+    """Run the workflow's code over the run's journal, executing and writing nothing, up to where the run is
+    now (or to its end); the context it built (its query handlers, its state) and what stopped it early
+    (``None`` when it reached the run's frontier or returned). Raises WorkflowNotRegistered."""
+    definition = get_workflow(run.workflow_type, version=run.version)
+    claim = transitions.Claim(run=run, fence=run.fence, owner="weft_replay", previous_status=run.status)
     ctx = Context(claim, {step.seq: step for step in steps}, {int(t.seq or 0): t for t in timers if t.seq},
                   dry=True)
+    stopped: BaseException | None = None
     try:
         if definition.takes_input:
             definition.fn(ctx, decode(run.input))
         else:
             definition.fn(ctx)
         ctx.assert_journal_consumed()
-    except NonDeterminismError as exc:
-        return ReplayProblem(run.run_id, run.workflow_id, run.workflow_type, run.version, str(exc), exc.seq,
-                             exc.recorded, exc.requested)
     except (ReplayFrontier, Suspend, StopExecution):
         pass  # reached where the run is now: everything before matched
-    except HistoryLimitReached as limit:
-        return ReplayProblem(run.run_id, run.workflow_id, run.workflow_type, run.version,
-                             f"it would time out: its next step {limit.seq} passes WEFT_MAX_HISTORY ({limit.limit})")
-    except Exception as exc:
-        # A finished run may replay to the error it failed with; an open run's code raising before it gets
-        # to where the run is means the run would fail.
-        if not run.is_finished:
-            return ReplayProblem(run.run_id, run.workflow_id, run.workflow_type, run.version,
-                                 f"its code raises {type(exc).__name__} while replaying: {exc}")
+    except (Exception, HistoryLimitReached) as exc:
+        stopped = exc
     finally:
         ctx.close_branches()
+    return ctx, stopped
+
+
+def replay(run: Workflow, steps: Iterable[WorkflowStep], timers: Iterable[Timer] = ()) -> ReplayProblem | None:
+    """Replay one run's journal dry; the problem it would hit, or None when it replays cleanly."""
+    try:
+        _, stopped = replay_dry(run, steps, timers)
+    except WorkflowNotRegistered as exc:
+        return ReplayProblem(run.run_id, run.workflow_id, run.workflow_type, run.version,
+                             f"it would be held: {exc}")
+    if isinstance(stopped, NonDeterminismError):
+        return ReplayProblem(run.run_id, run.workflow_id, run.workflow_type, run.version, str(stopped),
+                             stopped.seq, stopped.recorded, stopped.requested)
+    if isinstance(stopped, HistoryLimitReached):
+        return ReplayProblem(run.run_id, run.workflow_id, run.workflow_type, run.version,
+                             f"it would time out: its next step {stopped.seq} passes WEFT_MAX_HISTORY "
+                             f"({stopped.limit})")
+    if stopped is not None and not run.is_finished:
+        # A finished run may replay to the error it failed with; an open run's code raising before it gets
+        # to where the run is means the run would fail.
+        return ReplayProblem(run.run_id, run.workflow_id, run.workflow_type, run.version,
+                             f"its code raises {type(stopped).__name__} while replaying: {stopped}")
     return None
 
 

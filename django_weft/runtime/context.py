@@ -12,6 +12,7 @@ from __future__ import annotations
 from .replay.activities import ActivityOps
 from .replay.branches import Branches
 from .replay.children import ChildHandle, Children
+from .replay.handlers import Handlers
 from .replay.lifecycle import Lifecycle
 from .replay.pending import Pending
 from .replay.signals import Signals
@@ -21,6 +22,6 @@ from .replay.values import RecordedValues
 __all__ = ["ChildHandle", "Context", "Pending"]
 
 
-class Context(ActivityOps, Branches, Timers, Signals, Children, RecordedValues, Lifecycle):
+class Context(ActivityOps, Branches, Timers, Signals, Children, RecordedValues, Lifecycle, Handlers):
     """What a workflow function receives as ``ctx``: every operation family of runtime.replay, over one
     core (runtime.replay.core.ReplayCore) that assigns journal positions and writes."""

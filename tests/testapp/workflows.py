@@ -300,6 +300,7 @@ from . import (  # noqa: E402,F401
     evolving_edge_workflows,
     evolving_workflows,
     hardening_workflows,
+    query_workflows,
     schedule_workflows,
     soak_workflows,
     zombie_workflows,

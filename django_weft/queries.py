@@ -1,0 +1,37 @@
+"""Queries: ``handle.query(name, *args)`` answered from a run's journal, executing and writing nothing.
+
+The run's code is replayed dry (django_weft.replay_check) up to where the run is now, which rebuilds its
+state and registers its query handlers (``ctx.set_query_handler``); then the handler is called. Works the
+same for waiting, running and finished runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .codec import decode, encode
+from .exceptions import PayloadError, QueryFailed, QueryNotFound
+from .models import Timer, Workflow, WorkflowStep
+from .replay_check import replay_dry
+
+
+def query(run: Workflow, name: str, args: tuple) -> Any:
+    """The answer of ``run``'s query handler ``name`` to ``args``."""
+    steps = WorkflowStep.objects.filter(run=run)
+    timers = Timer.objects.filter(run=run, fired_at__isnull=True, seq__isnull=False)
+    ctx, _ = replay_dry(run, steps, timers)  # a run that failed still answers with the state it had
+    handlers = ctx._query_handlers
+    handler = handlers.get(name)
+    if handler is None:
+        known = ", ".join(repr(n) for n in sorted(handlers)) or "none"
+        raise QueryNotFound(f"run {run.run_id} of {run.workflow_id!r} has no query handler {name!r}; its code "
+                            f"registers: {known}", name=name, registered=sorted(handlers))
+    try:
+        answer = handler(*args)
+    except Exception as exc:
+        raise QueryFailed(f"query {name!r} of run {run.run_id} raised {type(exc).__name__}: {exc}") from exc
+    try:
+        # What the caller gets is a copy, as from any other run (and never a live object of the replay).
+        return decode(encode(answer, what=f"the answer to query {name!r}"))
+    except PayloadError as exc:
+        raise QueryFailed(str(exc)) from exc
