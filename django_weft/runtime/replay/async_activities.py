@@ -59,11 +59,7 @@ class AsyncActivityOps(AttemptOps):
                 self._park(wake_at=timer.fire_at if timer else None,
                            reason=f"waiting for async activity {definition.name} (attempt {step.attempt}) "
                                   "to be completed")
-            error = {"type": "django_weft.exceptions.ActivityTimeout", "attempt": step.attempt,
-                     "message": f"async activity {definition.name!r} was not completed within its "
-                                f"{definition.schedule_to_close_timeout or 0:g}s schedule_to_close_timeout"}
-            self._defer(journal.ResolveAsync(record.pk, AsyncStatus.TIMED_OUT, now, error))
-            record.status, record.error = AsyncStatus.TIMED_OUT, error
+            self._time_out_async(record, definition, step.attempt, now)
         if timer is not None:
             self._defer(journal.FireTimer(timer.pk, now))
         return self._apply_resolution(seq, step, definition, step.attempt, step.started_at, record)
@@ -73,6 +69,15 @@ class AsyncActivityOps(AttemptOps):
         starts): that attempt was cut short by a crash. An async wait has a record, or no error yet."""
         return timer is None and step.error is not None and not AsyncActivity.objects.filter(
             run_id=self.run_id, seq=seq, attempt=step.attempt).exists()
+
+    def _time_out_async(self, record: AsyncActivity, definition: ActivityDefinition, attempt: int,
+                        now: datetime) -> None:
+        """The attempt's schedule_to_close_timeout passed before its token was used: it resolves as timed out."""
+        error = {"type": "django_weft.exceptions.ActivityTimeout", "attempt": attempt,
+                 "message": f"async activity {definition.name!r} was not completed within its "
+                            f"{definition.schedule_to_close_timeout or 0:g}s schedule_to_close_timeout"}
+        self._defer(journal.ResolveAsync(record.pk, AsyncStatus.TIMED_OUT, now, error))
+        record.status, record.error = AsyncStatus.TIMED_OUT, error
 
     def _token_used_first(self, seq: int, attempt: int) -> AsyncActivity | None:
         """A body that handed its token out and then returned or raised may have been resolved by its token

@@ -19,7 +19,6 @@ from ...codec import decode, encode
 from ...durations import to_seconds
 from ...exceptions import InvalidArgument
 from ...models import StepKind, StepStatus
-from ...storable import check_text
 from ..attempt_pool import AttemptPool, in_callers_transaction
 from ..errors import StopExecution
 from .async_activities import AsyncActivityOps
@@ -62,13 +61,7 @@ class Branches(AsyncActivityOps, Signals):
     def start_wait_for_signal(self, name_or_names: str | Sequence[str]) -> Pending[Any]:
         """A wait for a signal as a branch: it consumes the signal only when it settles (a branch that lost
         a race consumes nothing). For a list of names it settles with ``(name, payload)``."""
-        several = not isinstance(name_or_names, str)
-        names: list[str] = list(name_or_names) if several else [cast(str, name_or_names)]
-        if not names or not all(isinstance(n, str) and n and len(n) <= 255 for n in names):
-            raise InvalidArgument(f"start_wait_for_signal needs a signal name or a list of names (each at most 255 "
-                                  f"characters), got {name_or_names!r}")
-        for name in names:
-            check_text(name, "a signal name")
+        names, several = self._signal_names(name_or_names, "start_wait_for_signal")
         seq, step = self._next(StepKind.SIGNAL, "|".join(names))
         return self._started(SignalBranch(self, seq, step, names, several))
 

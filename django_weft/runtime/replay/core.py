@@ -8,7 +8,7 @@ import logging
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from django.db import DatabaseError
 
@@ -54,6 +54,8 @@ class ReplayCore:
         self._journal_end = max(steps, default=0)
         # Branches started by this execution (runtime.replay.branches), and the pool their attempts run in.
         self._open_branches: list = []
+        # Query handlers the code registered (runtime.replay.handlers), by name.
+        self._query_handlers: dict[str, Callable[..., Any]] = {}
         self._pool: AttemptPool | None = None
 
     @property

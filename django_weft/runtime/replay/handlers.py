@@ -35,13 +35,6 @@ class WorkflowLogger(logging.LoggerAdapter):
 class Handlers(ReplayCore):
     """The replay context's handlers and logger (mixed into runtime.context.Context)."""
 
-    @property
-    def _query_handlers(self) -> dict[str, Callable[..., Any]]:
-        handlers = self.__dict__.get("_queries")
-        if handlers is None:
-            handlers = self.__dict__["_queries"] = {}
-        return handlers
-
     def set_query_handler(self, name: str, handler: Callable[..., Any]) -> None:
         """Answer ``handle.query(name, *args)`` with ``handler(*args)``, computed from the state the code
         rebuilds by replaying the journal (nothing is executed or written). Register it before the run's

@@ -296,11 +296,7 @@ class ActivityBranch(Pending[T]):
             timer = self._close_timer
             if timer is None or timer.fire_at > now:
                 return
-            error = {"type": "django_weft.exceptions.ActivityTimeout", "attempt": self._attempt,
-                     "message": f"async activity {self.definition.name!r} was not completed within its "
-                                f"{self.definition.schedule_to_close_timeout or 0:g}s schedule_to_close_timeout"}
-            ctx._defer(journal.ResolveAsync(record.pk, AsyncStatus.TIMED_OUT, now, error))
-            record.status, record.error = AsyncStatus.TIMED_OUT, error
+            ctx._time_out_async(record, self.definition, self._attempt, now)
         self._fire(self._close_timer)
         self._close_timer, self._async_wait = None, False
         self._apply(record)

@@ -30,13 +30,7 @@ class Signals(ReplayCore):
         is returned at once. With ``timeout``, :class:`~django_weft.WaitTimeout` is raised if no
         signal arrives first (a durable timer, like ``sleep``).
         """
-        several = not isinstance(name_or_names, str)
-        names: list[str] = list(name_or_names) if several else [cast(str, name_or_names)]
-        if not names or not all(isinstance(n, str) and n and len(n) <= 255 for n in names):
-            raise InvalidArgument(f"wait_for_signal needs a signal name or a list of names (each at most 255 "
-                                  f"characters), got {name_or_names!r}")
-        for name in names:
-            check_text(name, "a signal name")
+        names, several = self._signal_names(name_or_names, "wait_for_signal")
         seconds = None if timeout is None else to_seconds(timeout, "wait_for_signal timeout", allow_zero=True)
         label = "|".join(names)
         seq, step = self._next(StepKind.SIGNAL, label)
@@ -75,6 +69,18 @@ class Signals(ReplayCore):
         timer = Timer(run_id=self.run_id, seq=seq, purpose=TimerPurpose.WAIT_TIMEOUT, fire_at=wake_at)
         self._park(wake_at=wake_at, reason=f"{reason} until {wake_at.isoformat()}", awaiting_signals=names,
                    writes=[self._record(waiting, None), journal.InsertTimer(timer)])
+
+    @staticmethod
+    def _signal_names(name_or_names: str | Sequence[str], what: str) -> tuple[list[str], bool]:
+        """The names a wait takes, checked, and whether it was given a list of them."""
+        several = not isinstance(name_or_names, str)
+        names: list[str] = list(name_or_names) if several else [cast(str, name_or_names)]
+        if not names or not all(isinstance(n, str) and n and len(n) <= 255 for n in names):
+            raise InvalidArgument(f"{what} needs a signal name or a list of names (each at most 255 "
+                                  f"characters), got {name_or_names!r}")
+        for name in names:
+            check_text(name, "a signal name")
+        return names, several
 
     def _next_signal(self, names: list[str]) -> Signal | None:
         pending = Signal.objects.filter(run_id=self.run_id, name__in=names, consumed_at__isnull=True)
