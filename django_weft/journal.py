@@ -85,7 +85,8 @@ def apply(writes: Iterable[JournalWrite]) -> None:
         elif isinstance(write, UpdateStep):
             s = write.step
             WorkflowStep.objects.filter(pk=s.pk).update(
-                status=s.status, attempt=s.attempt, result=s.result, error=s.error, finished_at=s.finished_at
+                status=s.status, attempt=s.attempt, result=s.result, error=s.error, finished_at=s.finished_at,
+                failure_category=s.failure_category,
             )
         elif isinstance(write, InsertTimer):
             write.timer.save(force_insert=True)
@@ -126,8 +127,9 @@ def _announce_async(record: AsyncActivity) -> None:
     transaction.on_commit(send)
 
 
-_STEP_COLUMNS = ("seq", "kind", "name", "status", "result", "error", "attempt", "started_at", "finished_at")
-_STEP_TYPES = ("integer", "varchar", "varchar", "varchar", "bytea", "jsonb", "integer", "timestamptz",
+_STEP_COLUMNS = ("seq", "kind", "name", "status", "result", "error", "attempt", "failure_category", "started_at",
+                 "finished_at")
+_STEP_TYPES = ("integer", "varchar", "varchar", "varchar", "bytea", "jsonb", "integer", "varchar", "timestamptz",
                "timestamptz")
 
 

@@ -10,74 +10,17 @@ from django.db import models
 from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 
+from .choices import (
+    FailureCategory,
+    ParentClosePolicy,
+    RunStatus,
+    StepKind,
+    StepStatus,
+    TimerPurpose,
+    UpdateStatus,
+)
 from .codec import decode
 from .querysets import WorkflowQuerySet
-
-
-class RunStatus(models.TextChoices):
-    PENDING = "pending", _("Pending")
-    RUNNING = "running", _("Running")
-    WAITING = "waiting", _("Waiting")
-    SUSPENDED = "suspended", _("Suspended")
-    COMPLETED = "completed", _("Completed")
-    FAILED = "failed", _("Failed")
-    CANCELLED = "cancelled", _("Cancelled")
-    TIMED_OUT = "timed_out", _("Timed out")
-    # Ended by ctx.continue_as_new(): the next run of its workflow id carries on (restarted_from names this one).
-    CONTINUED = "continued", _("Continued as new")
-
-    @classmethod
-    def open_values(cls) -> list[str]:
-        return [cls.PENDING, cls.RUNNING, cls.WAITING, cls.SUSPENDED]
-
-    @classmethod
-    def terminal_values(cls) -> list[str]:
-        return [cls.COMPLETED, cls.FAILED, cls.CANCELLED, cls.TIMED_OUT, cls.CONTINUED]
-
-
-class StepKind(models.TextChoices):
-    ACTIVITY = "activity", _("Activity")
-    SLEEP = "sleep", _("Sleep")
-    SIDE_EFFECT = "side_effect", _("Side effect")
-    NOW = "now", _("Clock reading")
-    UUID = "uuid", _("UUID")
-    RANDOM = "random", _("Random number")
-    SIGNAL = "signal", _("Signal wait")
-    CHILD = "child", _("Child start")
-    CHILD_RESULT = "child_result", _("Child result")
-    RACE = "race", _("Race winner")
-    PATCH = "patch", _("Patch marker")
-
-
-class StepStatus(models.TextChoices):
-    # Parked: a sleep whose timer has not fired, or an activity waiting out its retry backoff.
-    WAITING = "waiting", _("Waiting")
-    COMPLETED = "completed", _("Completed")
-    FAILED = "failed", _("Failed")
-    # A branch that lost a ctx.race: nothing it produced is used.
-    CANCELLED = "cancelled", _("Cancelled")
-
-
-class TimerPurpose(models.TextChoices):
-    SLEEP = "sleep", _("Sleep")
-    RETRY_BACKOFF = "retry_backoff", _("Retry backoff")
-    DELAYED_START = "delayed_start", _("Delayed start")
-    WAIT_TIMEOUT = "wait_timeout", _("Signal wait timeout")
-    ACTIVITY_TIMEOUT = "activity_timeout", _("Activity schedule-to-close timeout")
-
-
-class FailureCategory(models.TextChoices):
-    APPLICATION = "application", _("Application")
-    TIMEOUT = "timeout", _("Timeout")
-    CANCELLATION = "cancellation", _("Cancellation")
-    RESOURCE = "resource", _("Resource")
-    SYSTEM = "system", _("System")
-
-
-class ParentClosePolicy(models.TextChoices):
-    TERMINATE = "terminate", _("Terminate")
-    REQUEST_CANCEL = "request_cancel", _("Request cancel")
-    ABANDON = "abandon", _("Abandon")
 
 
 class Workflow(models.Model):
@@ -230,6 +173,9 @@ class WorkflowStep(models.Model):
     result = models.BinaryField(null=True, blank=True)
     error = models.JSONField(null=True, blank=True)
     attempt = models.PositiveIntegerField(default=1)
+    # Why a failed step failed (application, timeout, ...); empty for the others.
+    failure_category = models.CharField(max_length=16, choices=FailureCategory.choices, blank=True, default="",
+                                        db_default="")
     started_at = models.DateTimeField()
     finished_at = models.DateTimeField(null=True, blank=True)
 
@@ -489,9 +435,29 @@ class ScheduleOccurrence(models.Model):
 
 # The heartbeat rows (of processes and of activity attempts) live in a module of their own.
 from .heartbeat_models import ActivityHeartbeat, Executor, ExecutorKind  # noqa: E402
+from .update_models import WorkflowUpdate  # noqa: E402
 
 __all__ = [
-    "ActivityHeartbeat", "AsyncActivity", "AsyncStatus", "Executor", "ExecutorKind", "OccurrenceOutcome",
-    "OverlapPolicy", "ParentClosePolicy", "RunStatus", "Schedule", "ScheduleOccurrence", "ScheduleStatus",
-    "Signal", "StepKind", "StepStatus", "Timer", "TimerPurpose", "Workflow", "WorkflowStep",
+    "ActivityHeartbeat",
+    "AsyncActivity",
+    "AsyncStatus",
+    "Executor",
+    "ExecutorKind",
+    "FailureCategory",
+    "OccurrenceOutcome",
+    "OverlapPolicy",
+    "ParentClosePolicy",
+    "RunStatus",
+    "Schedule",
+    "ScheduleOccurrence",
+    "ScheduleStatus",
+    "Signal",
+    "StepKind",
+    "StepStatus",
+    "Timer",
+    "TimerPurpose",
+    "UpdateStatus",
+    "Workflow",
+    "WorkflowStep",
+    "WorkflowUpdate",
 ]
