@@ -39,6 +39,8 @@ from .exceptions import (
     StartOrSignalConflict,
     TaskTokenAlreadyUsed,
     TransitionNotAllowed,
+    UpdateFailed,
+    UpdateRejected,
     WaitTimeout,
     WeftError,
     WorkflowAlreadyExists,
@@ -53,19 +55,13 @@ from .exceptions import (
 from .registry import workflow
 
 if TYPE_CHECKING:
-    from .client import (
-        StartOrSignalResult,
-        WorkflowHandle,
-        cancel,
-        get_handle,
-        signal,
-        start,
-        start_or_signal,
-    )
+    from .client import WorkflowHandle, cancel, get_handle, signal, start
     from .maintenance import MaintenanceReport, run_maintenance
     from .models import Schedule
     from .runtime.context import ChildHandle, Context, Pending
     from .schedules import create_schedule, get_schedule
+    from .updates import UpdateHandle
+    from .with_start import StartOrSignalResult, StartOrUpdateResult, start_or_signal, start_or_update
 
 __version__ = "0.1.0"
 
@@ -76,8 +72,11 @@ _LAZY = {
     "cancel": "client",
     "WorkflowHandle": "client",
     "signal": "client",
-    "start_or_signal": "client",
-    "StartOrSignalResult": "client",
+    "start_or_signal": "with_start",
+    "StartOrSignalResult": "with_start",
+    "start_or_update": "with_start",
+    "StartOrUpdateResult": "with_start",
+    "UpdateHandle": "updates",
     "ChildHandle": "runtime.context",
     "run_maintenance": "maintenance",
     "MaintenanceReport": "maintenance",
@@ -125,8 +124,12 @@ __all__ = [
     "ScheduleNotFound",
     "StartOrSignalConflict",
     "StartOrSignalResult",
+    "StartOrUpdateResult",
     "TaskTokenAlreadyUsed",
     "TransitionNotAllowed",
+    "UpdateFailed",
+    "UpdateHandle",
+    "UpdateRejected",
     "WaitTimeout",
     "WeftError",
     "WorkflowAlreadyExists",
@@ -152,5 +155,6 @@ __all__ = [
     "signal",
     "start",
     "start_or_signal",
+    "start_or_update",
     "workflow",
 ]

@@ -11,7 +11,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
-from typing import Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from django.db import DatabaseError, IntegrityError, transaction
 
@@ -20,7 +20,6 @@ from .codec import decode, encode
 from .durations import to_seconds
 from .exceptions import (
     InvalidArgument,
-    StartOrSignalConflict,
     WorkflowAlreadyExists,
     WorkflowCancelled,
     WorkflowClosed,
@@ -35,6 +34,9 @@ from .starts import check_reason as _check_reason
 from .starts import prepare_run
 from .storable import check_text
 
+if TYPE_CHECKING:
+    from .updates import UpdateHandle
+
 TERMINAL_CONFLICT_CHOICES = ("error", "start_new")
 
 # Called by WorkflowHandle.result() without a timeout, before it starts waiting, when set: instead of
@@ -43,19 +45,21 @@ TERMINAL_CONFLICT_CHOICES = ("error", "start_new")
 # never hangs on a run that waits for a signal or a timer; nothing else should. Set with
 # set_result_waiter(); this module never imports the testing helpers.
 ResultWaiter = Callable[["WorkflowHandle"], None]
-_result_waiter: tuple[ResultWaiter, int] | None = None
+# Beside it, the environment's driver: moves every run on as far as it can without time passing (what
+# waiting for an update's reply does inside the environment).
+_result_waiter: tuple[ResultWaiter, int, Callable[[], Any] | None] | None = None
 
 
-def set_result_waiter(waiter: ResultWaiter | None) -> tuple[ResultWaiter, int] | None:
-    """Install ``waiter`` for calls of ``result()`` made in the calling thread (None: remove it); returns
-    what was installed before, to restore."""
+def set_result_waiter(waiter: ResultWaiter | None, driver: Callable[[], Any] | None = None) -> Any:
+    """Install ``waiter`` (and ``driver``) for calls of ``result()`` made in the calling thread (None: remove
+    them); returns what was installed before, to restore."""
     global _result_waiter
     previous = _result_waiter
-    _result_waiter = None if waiter is None else (waiter, threading.get_ident())
+    _result_waiter = None if waiter is None else (waiter, threading.get_ident(), driver)
     return previous
 
 
-def restore_result_waiter(previous: tuple[ResultWaiter, int] | None) -> None:
+def restore_result_waiter(previous: Any) -> None:
     global _result_waiter
     _result_waiter = previous
 
@@ -65,6 +69,14 @@ def _waiter_here() -> ResultWaiter | None:
     if installed is None or installed[1] != threading.get_ident():
         return None
     return installed[0]
+
+
+def driver_here() -> Callable[[], Any] | None:
+    """The test environment's driver, when one is active in this thread (see django_weft.testing)."""
+    installed = _result_waiter
+    if installed is None or installed[1] != threading.get_ident():
+        return None
+    return installed[2]
 
 
 class WorkflowHandle:
@@ -147,7 +159,7 @@ class WorkflowHandle:
 
     def signal(self, name: str, payload: Any = None, *, signal_id: str | None = None) -> bool:
         """Send a signal to this run; see :func:`signal`."""
-        data = _check_signal(name, payload, signal_id)
+        data = check_signal(name, payload, signal_id)
         with transaction.atomic():
             run = Workflow.objects.select_for_update().filter(pk=self.run_id).first()
             if run is None:
@@ -172,6 +184,24 @@ class WorkflowHandle:
         handlers its code registers) or QueryFailed."""
         _check_id(name, "a query name")
         return queries.query(Workflow.objects.end_of_chain(self.refresh()), name, args)
+
+    def update(self, name: str, payload: Any = None, *, timeout: float | timedelta | None = None,
+               update_id: str | None = None) -> Any:
+        """Send update ``name`` (``ctx.set_update_handler``) and wait for the handler's reply.
+
+        Validated in this call against the run's replayed state (UpdateRejected: no such handler, or its
+        validator refused; nothing is written), then applied by the run in arrival order. Raises UpdateFailed
+        if the handler raised (the run goes on), WorkflowClosed if the run finished, TimeoutError after
+        ``timeout`` seconds (the update still applies). ``update_id`` makes a repeat the same update (its
+        reply is returned again) for the life of the run."""
+        return self.start_update(name, payload, update_id=update_id, _waiting=True).result(timeout)
+
+    def start_update(self, name: str, payload: Any = None, *, update_id: str | None = None,
+                     _waiting: bool = False) -> UpdateHandle:
+        """Send update ``name`` without waiting for its reply: an UpdateHandle (``update_id``, ``result()``)."""
+        from .updates import send
+
+        return send(self.run_id, name, payload, update_id, waiting=_waiting)
 
     def cancel(self, reason: str = "") -> bool:
         """Cancel this run (the chain's run, if it continued as new). Returns False if it had finished."""
@@ -208,11 +238,11 @@ def _outcome(run: Workflow) -> Any:
     raise WorkflowTimedOut(message, run_id=run.run_id, error=error)
 
 
-def _delayed_until(run: Workflow) -> datetime | None:
+def delayed_until(run: Workflow) -> datetime | None:
     return run.runnable_at if run.runnable_at is not None and run.runnable_at > run.created_at else None
 
 
-def _check_terminal_conflict(on_terminal_conflict: str, workflow_id: str | None) -> None:
+def check_terminal_conflict(on_terminal_conflict: str, workflow_id: str | None) -> None:
     if on_terminal_conflict not in TERMINAL_CONFLICT_CHOICES:
         raise InvalidArgument(f"on_terminal_conflict must be one of {TERMINAL_CONFLICT_CHOICES}, "
                               f"got {on_terminal_conflict!r}")
@@ -241,7 +271,7 @@ def start(
     with the same key returns the same run. All checks happen before anything is written.
     """
     definition = get_workflow(workflow)
-    _check_terminal_conflict(on_terminal_conflict, workflow_id)
+    check_terminal_conflict(on_terminal_conflict, workflow_id)
     run = prepare_run(definition, input, workflow_id=workflow_id, idempotency_key=idempotency_key,
                       start_at=start_at, start_after=start_after, execution_timeout=execution_timeout,
                       tags=tags, search_attributes=search_attributes)
@@ -266,7 +296,7 @@ def start(
                 run.restarted_from = previous
         try:
             with transaction.atomic(savepoint=in_callers_transaction):
-                transitions.insert_run(run, delayed_until=_delayed_until(run))
+                transitions.insert_run(run, delayed_until=delayed_until(run))
         except IntegrityError:
             raise WorkflowAlreadyExists(
                 f"workflow id {workflow_id!r} was started concurrently by another caller"
@@ -282,7 +312,7 @@ def _start_idempotent(run: Workflow) -> WorkflowHandle:
         if existing is None:
             try:
                 with transaction.atomic():
-                    transitions.insert_run(run, delayed_until=_delayed_until(run))
+                    transitions.insert_run(run, delayed_until=delayed_until(run))
                 return WorkflowHandle(run.workflow_id, run.run_id)
             except IntegrityError:
                 # Another caller inserted the same key first; the unique index made us wait for its
@@ -304,7 +334,7 @@ MAX_SIGNAL_ID_BYTES = 128
 START_SIGNAL_PREFIX = "start-idem:"
 
 
-def _check_signal(name: Any, payload: Any, signal_id: Any) -> bytes:
+def check_signal(name: Any, payload: Any, signal_id: Any) -> bytes:
     _check_id(name, "a signal name")
     if signal_id is not None:
         # Opaque: never trimmed, case-folded or normalised.
@@ -323,7 +353,7 @@ def _closed(run: Workflow, name: str) -> WorkflowClosed:
     )
 
 
-def _lock_open_run(workflow_id: str) -> Workflow | None:
+def lock_open_run(workflow_id: str) -> Workflow | None:
     for _ in range(3):
         run = Workflow.objects.open().select_for_update().filter(workflow_id=workflow_id).first()
         if run is not None:
@@ -345,123 +375,15 @@ def signal(workflow_id: str, name: str, payload: Any = None, *, signal_id: str |
     such a duplicate. Raises WorkflowNotFound for an unknown id, WorkflowClosed if its run finished.
     """
     _check_id(workflow_id, "workflow_id")
-    data = _check_signal(name, payload, signal_id)
+    data = check_signal(name, payload, signal_id)
     with transaction.atomic():
-        run = _lock_open_run(workflow_id)
+        run = lock_open_run(workflow_id)
         if run is None:
             latest = Workflow.objects.latest_for(workflow_id).first()
             if latest is None:
                 raise WorkflowNotFound(f"no workflow with id {workflow_id!r}; nothing to signal")
             raise _closed(latest, name)
         return transitions.deliver_signal(run, name, data, signal_id, clock.now())
-
-
-class _HandleAndOutcome(NamedTuple):
-    handle: WorkflowHandle
-    outcome: Literal["started", "signalled"]
-
-
-class StartOrSignalResult(_HandleAndOutcome):
-    """What ``start_or_signal`` did: ``handle``, ``outcome`` (``"started"`` or ``"signalled"``) and
-    ``delivered``, False when the signal repeated one this run already has (same ``signal_id``, or the
-    same ``idempotency_key``): it was accepted but nothing new was stored.
-
-    Still the ``(handle, outcome)`` pair it always was, so ``handle, outcome = weft.start_or_signal(...)``
-    keeps working; ``delivered`` is an attribute beside the pair (not part of tuple equality).
-    """
-
-    delivered: bool
-
-    def __new__(cls, handle: WorkflowHandle, outcome: Literal["started", "signalled"],
-                delivered: bool = True) -> StartOrSignalResult:
-        self = super().__new__(cls, handle, outcome)
-        self.delivered = delivered
-        return self
-
-    def __repr__(self) -> str:
-        return f"StartOrSignalResult(handle={self.handle!r}, outcome={self.outcome!r}, delivered={self.delivered!r})"
-
-
-START_OPTIONS = frozenset({"start_at", "start_after", "execution_timeout", "tags", "search_attributes"})
-RACE_RETRIES = 5
-
-
-def start_or_signal(
-    workflow: str | Callable[..., Any],
-    input: Any = None,
-    *,
-    signal: str,
-    payload: Any = None,
-    signal_id: str | None = None,
-    workflow_id: str | None = None,
-    idempotency_key: str | None = None,
-    on_terminal_conflict: str = "error",
-    **start_options: Any,
-) -> StartOrSignalResult:
-    """Signal the open run of the workflow, or start one whose first signal this is (signal-with-start).
-
-    The new run and its first signal commit together, and the first signal is consumed before any
-    later one. Pass exactly one of ``signal_id`` (with ``workflow_id``, concurrent callers converge on
-    one run and one signal) or ``idempotency_key`` (it names the run; the signal id is derived from it).
-    A finished target raises StartOrSignalConflict, unless ``on_terminal_conflict="start_new"`` with an
-    explicit ``workflow_id`` and ``signal_id`` starts a new run that records ``restarted_from``.
-    """
-    definition = get_workflow(workflow)
-    unknown = set(start_options) - START_OPTIONS
-    if unknown:
-        raise InvalidArgument(f"start_or_signal got unknown option(s) {sorted(unknown)}; start options are "
-                              f"{sorted(START_OPTIONS)}")
-    if (signal_id is None) == (idempotency_key is None):
-        raise InvalidArgument("start_or_signal needs exactly one of signal_id and idempotency_key")
-    _check_terminal_conflict(on_terminal_conflict, workflow_id)
-    if on_terminal_conflict == "start_new" and signal_id is None:
-        raise InvalidArgument('on_terminal_conflict="start_new" needs a signal_id')
-    if idempotency_key is not None:
-        _check_id(idempotency_key, "idempotency_key")
-        signal_id = START_SIGNAL_PREFIX + idempotency_key
-    data = _check_signal(signal, payload, signal_id)
-    run = prepare_run(definition, input, workflow_id=workflow_id, idempotency_key=idempotency_key,
-                      **start_options)
-
-    for _ in range(RACE_RETRIES):
-        with transaction.atomic():
-            if idempotency_key is not None:
-                target = Workflow.objects.select_for_update().filter(idempotency_key=idempotency_key).first()
-                if target is not None and target.status == RunStatus.CONTINUED:  # the chain it started
-                    tail = Workflow.objects.end_of_chain(target)
-                    target = Workflow.objects.select_for_update().filter(pk=tail.pk).first()
-            elif workflow_id is not None:
-                target = _lock_open_run(workflow_id)
-                if target is None:
-                    target = Workflow.objects.latest_for(workflow_id).first()
-                    if target is not None and not target.is_finished:
-                        continue  # opened since the locked lookup: lock it in the next round
-            else:
-                target = None
-            if target is not None and not target.is_finished:
-                delivered = transitions.deliver_signal(target, signal, data, signal_id, clock.now())
-                return StartOrSignalResult(WorkflowHandle(target.workflow_id, target.run_id), "signalled",
-                                           delivered)
-            if target is not None:
-                if idempotency_key is not None or on_terminal_conflict == "error":
-                    raise StartOrSignalConflict(
-                        f"workflow {target.workflow_id!r} already finished ({target.status}, run "
-                        f"{target.run_id}); pass on_terminal_conflict=\"start_new\" with a workflow_id and "
-                        "signal_id to start a new run"
-                    )
-                run.restarted_from = target
-            try:
-                # The run and its first signal commit together; a concurrent winner makes the insert
-                # fail (after waiting for its commit), and the next round signals the winner's run.
-                with transaction.atomic():
-                    transitions.insert_run(run, delayed_until=_delayed_until(run))
-                    transitions.deliver_signal(run, signal, data, signal_id, clock.now())
-                return StartOrSignalResult(WorkflowHandle(run.workflow_id, run.run_id), "started")
-            except IntegrityError:
-                run.restarted_from = None
-    raise StartOrSignalConflict(
-        f"start_or_signal lost {RACE_RETRIES} races for {workflow_id or idempotency_key!r}; try again"
-    )
 
 
 def get_handle(workflow_id: str, run_id: uuid.UUID | str | None = None) -> WorkflowHandle:

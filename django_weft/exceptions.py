@@ -147,6 +147,25 @@ class QueryFailed(WeftError):
     """A query handler raised (its exception is the ``__cause__``), or answered what cannot be encoded."""
 
 
+class UpdateRejected(WeftError):
+    """The update was refused before anything was written: the run's code registers no handler of that name
+    (``registered`` lists the ones it does), or its validator raised (the ``__cause__``)."""
+
+    def __init__(self, message: str, *, name: str, registered: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.name = name
+        self.registered = registered or []
+
+
+class UpdateFailed(WeftError):
+    """The update's handler raised (``error`` holds its type and message; the run goes on), or the run ended
+    before it applied the update."""
+
+    def __init__(self, message: str, *, error: dict | None = None) -> None:
+        super().__init__(message)
+        self.error = error or {}
+
+
 class StartOrSignalConflict(WeftError):
     """``start_or_signal`` found a finished run and was not allowed to start a new one."""
 

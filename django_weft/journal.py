@@ -14,7 +14,8 @@ from typing import Any, cast
 from django.db import connections, router, transaction
 from django.db.models import Field, Model
 
-from .models import AsyncActivity, Signal, Timer, Workflow, WorkflowStep
+from . import wakeups
+from .models import AsyncActivity, Signal, Timer, UpdateStatus, Workflow, WorkflowStep, WorkflowUpdate
 
 
 @dataclass
@@ -73,8 +74,20 @@ class CancelChild:
     policy: str
 
 
+@dataclass
+class ApplyUpdate:
+    """An update the run applied: its reply (or error) and the position it ran at, for the caller."""
+
+    update_pk: int
+    status: str
+    seq: int
+    result: bytes | None
+    error: dict | None
+    at: datetime
+
+
 JournalWrite = (InsertStep | UpdateStep | InsertTimer | FireTimer | ConsumeSignal | InsertChild | InsertAsync
-                | ResolveAsync | CancelChild)
+                | ResolveAsync | CancelChild | ApplyUpdate)
 
 
 def apply(writes: Iterable[JournalWrite]) -> None:
@@ -109,6 +122,12 @@ def apply(writes: Iterable[JournalWrite]) -> None:
             if not early.update(activity=record.activity):
                 record.save(force_insert=True)
                 _announce_async(record)
+        elif isinstance(write, ApplyUpdate):
+            WorkflowUpdate.objects.filter(pk=write.update_pk, status=UpdateStatus.PENDING).update(
+                status=write.status, applied_seq=write.seq, result=write.result, error=write.error,
+                finished_at=write.at,
+            )
+            wakeups.update_settled(write.update_pk)
         elif isinstance(write, ResolveAsync):
             AsyncActivity.objects.filter(pk=write.record_pk).update(
                 status=write.status, resolved_at=write.at, error=write.error

@@ -103,7 +103,7 @@ class WeftTestEnv:
     def __enter__(self) -> WeftTestEnv:
         self._executor.__enter__()
         clock.set_frozen(self.start_time)
-        self._previous_waiter = client.set_result_waiter(self._finish_or_explain)
+        self._previous_waiter = client.set_result_waiter(self._finish_or_explain, self.drive)
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -36,7 +36,9 @@ from .models import (
     Schedule,
     Signal,
     Timer,
+    UpdateStatus,
     Workflow,
+    WorkflowUpdate,
 )
 
 logger = logging.getLogger("django_weft.transitions")
@@ -102,7 +104,8 @@ class Claim:
     previous_owner: str = ""
     # The run's inbox_seq when claimed: a park that finds it moved wakes the run at once.
     inbox_seen: int = 0
-    # The run started children, so closing it must apply their parent close policy.
+    # The run started children, so closing it must apply their parent close policy; or its code takes
+    # updates, so closing it must fail those it did not apply.
     has_dependents: bool = False
     lost: bool = False
     # First claim ever (started_at was unset): the run has no journal to read yet.
@@ -252,6 +255,7 @@ def continue_as_new(claim: Claim, now: datetime, following: Workflow) -> None:
         insert_run(following, delayed_until=None)
         Timer.objects.filter(run_id=run.pk, fired_at__isnull=True).delete()
         Signal.objects.filter(run_id=run.pk, consumed_at__isnull=True).update(run=following)
+        WorkflowUpdate.objects.filter(run_id=run.pk, status=UpdateStatus.PENDING).update(run=following)
         # A sender that retries a signal this run consumed (same signal_id) must find it delivered: the
         # successor keeps a consumed copy of each (the ids of one run, so the chain's cost stays flat).
         Signal.objects.bulk_create([
@@ -351,6 +355,18 @@ def deliver_signal(run: Workflow, name: str, payload: bytes, signal_id: str | No
     return True
 
 
+def deliver_update(run: Workflow, name: str, payload: bytes, update_id: str,
+                   now: datetime) -> tuple[WorkflowUpdate, bool]:
+    """Store an update for ``run`` (locked by the caller, open), numbered with its signals and waking it if it
+    waits; or the one it already has with ``update_id`` (then False)."""
+    existing = WorkflowUpdate.objects.filter(run=run, update_id=update_id).first()
+    if existing is not None:
+        return existing, False
+    sequence = record_event(run, now, wakes=True)
+    return WorkflowUpdate.objects.create(run=run, name=name, update_id=update_id, payload=payload, sequence=sequence,
+                                         received_at=now), True
+
+
 # Called, inside the closing transaction, when a run started by a schedule closes: django_weft.schedules
 # registers the overlap policies' buffer drain here (the state writer never imports a service).
 _schedule_run_closed: list[Callable[[Workflow, datetime], None]] = []
@@ -367,6 +383,7 @@ def _after_close(run: Workflow, now: datetime) -> None:
     AsyncActivity.objects.filter(run=run, status=AsyncStatus.PENDING).update(
         status=AsyncStatus.CANCELLED, resolved_at=now
     )
+    fail_pending_updates(run, now)
     _close_children(run, now, f"parent run {run.pk} of {run.workflow_id!r} closed ({run.status})")
     if run.parent_id is not None:
         parent = Workflow.objects.filter(pk=run.parent_id).only("pk", "status", "inbox_seq").first()
@@ -375,6 +392,18 @@ def _after_close(run: Workflow, now: datetime) -> None:
     if run.schedule_id is not None:
         for hook in _schedule_run_closed:
             hook(run, now)
+
+
+def fail_pending_updates(run: Workflow, now: datetime) -> None:
+    """The run closed: updates it accepted and did not apply fail, and their callers are told."""
+    pending = list(WorkflowUpdate.objects.filter(run=run, status=UpdateStatus.PENDING).values_list("pk", flat=True))
+    if not pending:
+        return
+    error = {"type": "WorkflowClosed", "message": f"the run ended ({run.status}) before it applied the update"}
+    WorkflowUpdate.objects.filter(pk__in=pending, status=UpdateStatus.PENDING).update(
+        status=UpdateStatus.FAILED, error=error, finished_at=now)
+    for pk in pending:
+        wakeups.update_settled(pk)
 
 
 def _close_children(run: Workflow, now: datetime, reason: str) -> None:

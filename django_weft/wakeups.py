@@ -35,6 +35,8 @@ logger = logging.getLogger("django_weft.wakeups")
 
 CHANNEL = "django_weft_runnable"
 SCHEDULE_CHANNEL = "django_weft_schedules"
+# An update's reply was stored (the payload is the update's pk): callers of handle.update() wait on it.
+UPDATE_CHANNEL = "django_weft_updates"
 NOTIFY_HORIZON = timedelta(seconds=60)
 
 
@@ -89,10 +91,18 @@ def _notify_after_commit(alias: str, channel: str) -> None:
     transaction.on_commit(notify, using=alias)
 
 
-def _notify(alias: str, channel: str) -> None:
+def update_settled(update_pk: int) -> None:
+    """Tell a caller waiting for update ``update_pk`` that its reply is stored (after this transaction commits;
+    PostgreSQL with WEFT_NOTIFY; elsewhere the caller polls)."""
+    alias = _alias()
+    if notifies(alias):
+        transaction.on_commit(lambda: _notify(alias, UPDATE_CHANNEL, str(update_pk)), using=alias)
+
+
+def _notify(alias: str, channel: str, payload: str = "") -> None:
     try:
         with connections[alias].cursor() as cursor:
-            cursor.execute("SELECT pg_notify(%s, '')", [channel])
+            cursor.execute("SELECT pg_notify(%s, %s)", [channel, payload])
     except Exception:
         # Only a hint: idle loops poll anyway.
         logger.exception("NOTIFY %s failed; idle loops find the change at their next poll", channel)

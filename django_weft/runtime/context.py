@@ -12,16 +12,15 @@ from __future__ import annotations
 from .replay.activities import ActivityOps
 from .replay.branches import Branches
 from .replay.children import ChildHandle, Children
-from .replay.handlers import Handlers
+from .replay.inbox import Inbox
 from .replay.lifecycle import Lifecycle
 from .replay.pending import Pending
-from .replay.signals import Signals
 from .replay.timers import Timers
 from .replay.values import RecordedValues
 
 __all__ = ["ChildHandle", "Context", "Pending"]
 
 
-class Context(ActivityOps, Branches, Timers, Signals, Children, RecordedValues, Lifecycle, Handlers):
+class Context(ActivityOps, Branches, Timers, Inbox, Children, RecordedValues, Lifecycle):
     """What a workflow function receives as ``ctx``: every operation family of runtime.replay, over one
     core (runtime.replay.core.ReplayCore) that assigns journal positions and writes."""

@@ -303,5 +303,7 @@ from . import (  # noqa: E402,F401
     query_workflows,
     schedule_workflows,
     soak_workflows,
+    update_process_workflows,
+    update_workflows,
     zombie_workflows,
 )

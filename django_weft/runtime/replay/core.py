@@ -15,7 +15,7 @@ from django.db import DatabaseError
 from ... import clock, journal, transitions
 from ...activities import ActivityInfo
 from ...conf import weft_settings
-from ...exceptions import FencingError, NonDeterminismError
+from ...exceptions import FencingError, InvalidArgument, NonDeterminismError
 from ...models import StepKind, StepStatus, Timer, WorkflowStep
 from ..attempt_pool import AttemptPool
 from ..errors import HistoryLimitReached, ReplayFrontier, StopExecution, Suspend, is_transient, refused_by_database
@@ -54,8 +54,14 @@ class ReplayCore:
         self._journal_end = max(steps, default=0)
         # Branches started by this execution (runtime.replay.branches), and the pool their attempts run in.
         self._open_branches: list = []
-        # Query handlers the code registered (runtime.replay.handlers), by name.
+        # Handlers the code registered (runtime.replay.handlers), by name: queries, updates (with their
+        # validators) and signals.
         self._query_handlers: dict[str, Callable[..., Any]] = {}
+        self._update_handlers: dict[str, Callable[..., Any]] = {}
+        self._update_validators: dict[str, Callable[..., Any]] = {}
+        self._signal_handlers: dict[str, Callable[..., Any]] = {}
+        # The name of the update or signal handler running now (it may not make durable calls).
+        self._in_handler = ""
         self._pool: AttemptPool | None = None
 
     @property
@@ -72,6 +78,11 @@ class ReplayCore:
         return self._seq < self._journal_end
 
     def _next(self, kind: str, name: str) -> tuple[int, WorkflowStep | None]:
+        if self._in_handler:
+            raise InvalidArgument(
+                f"the handler {self._in_handler} asked for {kind} {name!r}: update and signal handlers run between "
+                "the workflow's operations and may only change its state; make durable calls in the workflow "
+                "(for example after ctx.wait_condition)")
         self._seq += 1
         seq = self._seq
         step = self._journal.get(seq)
@@ -87,9 +98,14 @@ class ReplayCore:
             )
         if step is None and seq > self._max_history:
             raise HistoryLimitReached(seq, self._max_history)
+        self._between_operations(step)
         if self._dry and step is not None and step.status == StepStatus.WAITING and step.kind == StepKind.ACTIVITY:
             raise ReplayFrontier()  # the run waits here: its retry or async completion is not replayed
         return seq, step
+
+    def _between_operations(self, step: WorkflowStep | None) -> None:
+        """Called by every operation once it has its position (runtime.replay.inbox applies updates and
+        handled signals here)."""
 
     def _before_new_work(self, *, side_effects: bool) -> None:
         """Check before doing anything not yet recorded.
@@ -134,6 +150,8 @@ class ReplayCore:
               awaiting_signals: Sequence[str] = ()) -> NoReturn:
         if self._dry:
             raise ReplayFrontier()
+        # A signal with a handler wakes any wait: its handler may be what the run waits for.
+        awaiting_signals = [*awaiting_signals, *(n for n in self._signal_handlers if n not in awaiting_signals)]
         try:
             transitions.park(self._claim, clock.now(), wake_at=wake_at, reason=reason, writes=writes,
                              awaiting_signals=awaiting_signals)

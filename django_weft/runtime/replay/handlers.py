@@ -1,5 +1,6 @@
 """What a workflow's code registers for the outside to call, and its logger: ``ctx.set_query_handler`` (answered
-by a dry replay, see django_weft.queries) and ``ctx.logger``, which is silent while the code replays.
+by a dry replay, see django_weft.queries), ``ctx.set_update_handler`` and ``ctx.set_signal_handler`` (applied
+between operations, see runtime.replay.inbox), and ``ctx.logger``, which is silent while the code replays.
 """
 
 from __future__ import annotations
@@ -39,12 +40,33 @@ class Handlers(ReplayCore):
         """Answer ``handle.query(name, *args)`` with ``handler(*args)``, computed from the state the code
         rebuilds by replaying the journal (nothing is executed or written). Register it before the run's
         first wait; a handler must only read that state."""
-        if not isinstance(name, str) or not name or len(name) > 255:
-            raise InvalidArgument(f"a query name must be a non-empty string of at most 255 characters, got {name!r}")
-        check_text(name, "a query name")
-        if not callable(handler):
-            raise InvalidArgument(f"the handler of query {name!r} must be callable, got {handler!r}")
-        self._query_handlers[name] = handler
+        self._query_handlers[_checked(name, handler, "query")] = handler
+
+    def set_update_handler(self, name: str, handler: Callable[..., Any], *,
+                           validator: Callable[..., Any] | None = None) -> None:
+        """Apply ``handle.update(name, payload)`` with ``handler(payload)`` (``handler()`` without a payload) and
+        reply with what it returns; an exception it raises is the caller's UpdateFailed and leaves the run
+        alive. Updates are applied in arrival order once the code reaches its next durable call, or at once
+        when the run waits; where each ran is journaled, so a replay applies it at the same point.
+
+        ``validator(payload)`` runs in the caller, against the state rebuilt as for a query, before anything
+        is written: an exception it raises rejects the update (UpdateRejected). Handlers only change the
+        workflow's state: they may not make durable calls (``ctx.run``, ``ctx.sleep``...)."""
+        key = _checked(name, handler, "update")
+        if validator is not None and not callable(validator):
+            raise InvalidArgument(f"the validator of update {name!r} must be callable, got {validator!r}")
+        self._update_handlers[key] = handler
+        self._claim.has_dependents = True  # closing the run fails the updates it did not apply
+        if validator is None:
+            self._update_validators.pop(key, None)
+        else:
+            self._update_validators[key] = validator
+
+    def set_signal_handler(self, name: str, handler: Callable[[Any], Any]) -> None:
+        """Consume signals ``name`` with ``handler(payload)`` instead of ``wait_for_signal``: applied like
+        updates, in arrival order between operations, and waking the run when it waits (use
+        ``ctx.wait_condition`` to wait for the state they change)."""
+        self._signal_handlers[_checked(name, handler, "signal")] = handler
 
     @property
     def _silent(self) -> bool:
@@ -55,3 +77,12 @@ class Handlers(ReplayCore):
         """A ``logging`` logger for workflow code (``django_weft.workflows.<workflow type>``): silent while
         replaying, with ``workflow_id``, ``run_id`` and ``seq`` on every record."""
         return WorkflowLogger(logging.getLogger(f"django_weft.workflows.{self._claim.run.workflow_type}"), self)
+
+
+def _checked(name: Any, handler: Any, what: str) -> str:
+    if not isinstance(name, str) or not name or len(name) > 255:
+        raise InvalidArgument(f"a {what} name must be a non-empty string of at most 255 characters, got {name!r}")
+    check_text(name, f"a {what} name")
+    if not callable(handler):
+        raise InvalidArgument(f"the handler of {what} {name!r} must be callable, got {handler!r}")
+    return name

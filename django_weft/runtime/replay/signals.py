@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any, NoReturn, cast
 
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 
 from ... import clock, journal
 from ...codec import decode, encode
@@ -70,8 +70,7 @@ class Signals(ReplayCore):
         self._park(wake_at=wake_at, reason=f"{reason} until {wake_at.isoformat()}", awaiting_signals=names,
                    writes=[self._record(waiting, None), journal.InsertTimer(timer)])
 
-    @staticmethod
-    def _signal_names(name_or_names: str | Sequence[str], what: str) -> tuple[list[str], bool]:
+    def _signal_names(self, name_or_names: str | Sequence[str], what: str) -> tuple[list[str], bool]:
         """The names a wait takes, checked, and whether it was given a list of them."""
         several = not isinstance(name_or_names, str)
         names: list[str] = list(name_or_names) if several else [cast(str, name_or_names)]
@@ -80,16 +79,25 @@ class Signals(ReplayCore):
                                   f"characters), got {name_or_names!r}")
         for name in names:
             check_text(name, "a signal name")
+            if name in self._signal_handlers:
+                raise InvalidArgument(f"{what} asks for signal {name!r}, which the code consumes with a handler "
+                                      "(ctx.set_signal_handler): wait with ctx.wait_condition for what it changes")
         return names, several
 
     def _next_signal(self, names: list[str]) -> Signal | None:
+        return self._unconsumed(names).first()
+
+    def _pending_signals(self, names: list[str]) -> list[Signal]:
+        return list(self._unconsumed(names))
+
+    def _unconsumed(self, names: list[str]) -> QuerySet[Signal]:
         pending = Signal.objects.filter(run_id=self.run_id, name__in=names, consumed_at__isnull=True)
         if any(name in self._consumed_up_to for name in names):  # consumed in this execution, not committed yet
             after = Q()
             for name in names:
                 after |= Q(name=name, sequence__gt=self._consumed_up_to.get(name, 0))
             pending = pending.filter(after)
-        return pending.order_by("sequence").first()
+        return pending.order_by("sequence")
 
     def _consumed(self, signal: Signal) -> None:
         self._consumed_up_to[signal.name] = max(signal.sequence, self._consumed_up_to.get(signal.name, 0))

@@ -1,0 +1,200 @@
+"""Updates and handled signals, applied between the workflow's operations, and ``ctx.wait_condition``.
+
+Every operation, once it has its journal position P, first re-applies the handler rows the journal holds
+right after P (updates and handled signals an earlier execution applied there), then, at the run's frontier,
+applies what arrived since (pending updates, and signals that have a handler), in arrival order, each at the
+next position. A replay therefore runs each handler at the same point of the code as the first execution:
+after the code that led to operation P, before P's outcome reaches the code.
+
+An operation at the frontier looks at the database once per execution (when the code has handlers), when
+it resumes a wait, and otherwise at most every INBOX_CHECK_SECONDS: something that arrives later makes the
+run's next park wake it at once (its inbox moved), so nothing waits for long.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from ... import clock, journal
+from ...codec import decode, encode
+from ...durations import to_seconds
+from ...exceptions import InvalidArgument, NonDeterminismError
+from ...models import (
+    Signal,
+    StepKind,
+    StepStatus,
+    Timer,
+    TimerPurpose,
+    UpdateStatus,
+    WorkflowStep,
+    WorkflowUpdate,
+)
+from ..errors import HistoryLimitReached, error_dict
+from .handlers import Handlers
+from .signals import Signals
+
+INBOX_CHECK_SECONDS = 0.2
+HANDLER_KINDS = (StepKind.UPDATE, StepKind.SIGNAL_HANDLER)
+
+
+class Inbox(Signals, Handlers):
+    """The replay context's updates, handled signals and conditions (mixed into runtime.context.Context)."""
+
+    _inbox_checked_at: float | None = None
+    _update_records: dict[int, WorkflowUpdate] | None = None
+    # Updates applied by this execution whose rows are not committed yet.
+    _applied_now: frozenset[int] = frozenset()
+
+    def wait_condition(self, predicate: Callable[[], Any], timeout: float | timedelta | None = None) -> bool:
+        """Wait until ``predicate()`` is true (an update or signal handler changed the state it reads); True
+        then, False if ``timeout`` passed first (a durable timer, like ``sleep``). The predicate is evaluated
+        now and after each handler the run applies; it must only read the workflow's state."""
+        if not callable(predicate):
+            raise InvalidArgument(f"wait_condition needs a callable predicate, got {predicate!r}")
+        seconds = None if timeout is None else to_seconds(timeout, "wait_condition timeout", allow_zero=True)
+        seq, step = self._next(StepKind.CONDITION, "condition")
+        if step is not None and step.status != StepStatus.WAITING:
+            return bool(decode(step.result))
+        self._before_new_work(side_effects=False)
+        now = clock.now()
+        timer = self._timers.get(seq)
+        met = bool(self._call_handler(predicate, None, "wait_condition's predicate"))
+        timed_out = (seconds == 0 and step is None) or (timer is not None and timer.fire_at <= now)
+        if met or timed_out:
+            if timer is not None:
+                self._defer(journal.FireTimer(timer.pk, now))
+            self._defer(self._record(self._step(seq, StepKind.CONDITION, "condition", StepStatus.COMPLETED,
+                                                result=encode(met), started=step.started_at if step else now,
+                                                finished=now), step))
+            return met
+        reason = "waiting for a condition (an update or a handled signal)"
+        if step is not None:
+            self._park(wake_at=timer.fire_at if timer else None, reason=reason)
+        writes: list[journal.JournalWrite] = [self._record(self._step(
+            seq, StepKind.CONDITION, "condition", StepStatus.WAITING, started=now, finished=None), None)]
+        wake_at = None
+        if seconds is not None:
+            wake_at = now + timedelta(seconds=seconds)
+            writes.append(journal.InsertTimer(Timer(run_id=self.run_id, seq=seq, purpose=TimerPurpose.WAIT_TIMEOUT,
+                                                    fire_at=wake_at)))
+            reason += f" until {wake_at.isoformat()}"
+        self._park(wake_at=wake_at, reason=reason, writes=writes)
+
+    # --- between operations ---
+
+    def _between_operations(self, step: WorkflowStep | None) -> None:
+        self._replay_handled()
+        if self._dry or not (self._update_handlers or self._signal_handlers) or self._seq < self._journal_end:
+            return
+        if self._claim.lost:
+            return
+        moment = time.monotonic()
+        resuming = step is not None and step.status == StepStatus.WAITING
+        if (not resuming and self._inbox_checked_at is not None
+                and moment - self._inbox_checked_at < INBOX_CHECK_SECONDS):
+            return
+        self._inbox_checked_at = moment
+        self._apply_arrived()
+
+    def _replay_handled(self) -> None:
+        """Re-apply the handler rows recorded right after the current position."""
+        while (row := self._journal.get(self._seq + 1)) is not None and row.kind in HANDLER_KINDS:
+            if row.kind == StepKind.UPDATE:
+                record = self._recorded_updates().get(row.seq)
+                if record is None:
+                    raise self._mismatch(row, "its update record is missing")
+                payload, handler = record.payload, self._update_handlers.get(row.name)
+            else:
+                payload, handler = row.result, self._signal_handlers.get(row.name)
+            if handler is None:
+                raise self._mismatch(row, f"the code registers no handler for {row.name!r} here")
+            try:
+                self._call_handler(handler, decode(payload), f"{row.kind} {row.name!r}")
+            except Exception as exc:
+                if row.status != StepStatus.FAILED:
+                    raise self._mismatch(row, f"its handler now raises {type(exc).__name__}: {exc}") from exc
+            self._seq = row.seq  # after the call: while it runs the code is still replaying (the logger is silent)
+
+    def _mismatch(self, row: WorkflowStep, why: str) -> NonDeterminismError:
+        label = "update" if row.kind == StepKind.UPDATE else "signal"
+        return NonDeterminismError(
+            f"step {row.seq} of run {self.run_id}: the journal applied {label} {row.name!r} there, but {why}; "
+            "update and signal handlers must be registered, and behave, the same way on every replay",
+            seq=row.seq, recorded=f"{row.kind} {row.name!r}", requested=why,
+        )
+
+    def _recorded_updates(self) -> dict[int, WorkflowUpdate]:
+        if self._update_records is None:
+            self._update_records = {
+                int(u.applied_seq or 0): u
+                for u in WorkflowUpdate.objects.filter(run_id=self.run_id, applied_seq__isnull=False).only(
+                    "applied_seq", "name", "payload")
+            }
+        return self._update_records
+
+    def _apply_arrived(self) -> None:
+        """Apply the updates and handled signals that arrived, in arrival order; an update whose handler the
+        code has not registered (yet) stops there, so none overtakes another."""
+        arrivals: list[tuple[int, WorkflowUpdate | Signal]] = []
+        if self._update_handlers:
+            arrivals += [(u.sequence, u) for u in WorkflowUpdate.objects.filter(
+                run_id=self.run_id, status=UpdateStatus.PENDING).exclude(pk__in=self._applied_now).order_by("sequence")]
+        if self._signal_handlers:
+            arrivals += [(s.sequence, s) for s in self._pending_signals(list(self._signal_handlers))]
+        for _, item in sorted(arrivals, key=lambda pair: pair[0]):
+            if isinstance(item, WorkflowUpdate):
+                if item.name not in self._update_handlers:
+                    break
+                self._apply_update(item)
+            else:
+                self._apply_signal(item)
+
+    def _take_position(self) -> int:
+        seq = self._seq + 1
+        if seq > self._max_history:
+            raise HistoryLimitReached(seq, self._max_history)
+        self._seq = seq
+        return seq
+
+    def _apply_update(self, update: WorkflowUpdate) -> None:
+        seq = self._take_position()
+        now = clock.now()
+        result: bytes | None = None
+        error: dict | None = None
+        try:
+            value = self._call_handler(self._update_handlers[update.name], decode(update.payload),
+                                       f"update {update.name!r}")
+            result = encode(value, what=f"the reply of update {update.name!r}")
+        except Exception as exc:  # the handler's, or a reply that cannot be stored (PayloadError)
+            error = error_dict(exc)
+        status = StepStatus.FAILED if error else StepStatus.COMPLETED
+        self._defer(self._record(self._step(seq, StepKind.UPDATE, update.name, status, result=result, error=error,
+                                            started=now, finished=now), None))
+        self._defer(journal.ApplyUpdate(update.pk, UpdateStatus.FAILED if error else UpdateStatus.COMPLETED, seq,
+                                        result, error, now))
+        self._applied_now = self._applied_now | {update.pk}
+        records = self._recorded_updates()
+        update.applied_seq = seq
+        records[seq] = update
+
+    def _apply_signal(self, signal: Signal) -> None:
+        # A signal handler's exception is the workflow's: it propagates (and fails the run) like code's.
+        self._call_handler(self._signal_handlers[signal.name], decode(signal.payload), f"signal {signal.name!r}")
+        seq = self._take_position()
+        now = clock.now()
+        self._consumed(signal)
+        self._defer(journal.ConsumeSignal(signal.pk, now, seq))
+        self._defer(self._record(self._step(seq, StepKind.SIGNAL_HANDLER, signal.name, StepStatus.COMPLETED,
+                                            result=signal.payload, started=now, finished=now), None))
+
+    def _call_handler(self, handler: Callable[..., Any], payload: Any, label: str) -> Any:
+        """Call a handler (with the payload, or with nothing when there is none), refusing durable calls."""
+        outer, self._in_handler = self._in_handler, label
+        try:
+            return handler() if payload is None else handler(payload)
+        finally:
+            self._in_handler = outer
+

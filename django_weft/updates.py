@@ -1,0 +1,222 @@
+"""Updates: requests with a reply, sent to a running workflow (``handle.update``, ``handle.start_update``).
+
+Admission happens in the caller, before anything is written: the run's state is rebuilt by a dry replay (as
+for a query), the code must register a handler of that name, and its validator (if any) must accept the
+payload. Then the update is stored under the run's lock, numbered in the run's inbox with its signals, and
+the run is woken if it waits. The run applies it between two operations (runtime/replay/inbox.py) and
+stores the reply, which :meth:`UpdateHandle.result` waits for: woken by LISTEN/NOTIFY on PostgreSQL,
+polling elsewhere.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from datetime import timedelta
+from typing import Any
+
+from django.db import IntegrityError, connections, router, transaction
+
+from . import client, clock, transitions
+from .codec import decode, encode
+from .durations import to_seconds
+from .exceptions import InvalidArgument, UpdateFailed, UpdateRejected, WorkflowClosed, WorkflowNotFound
+from .models import RunStatus, Timer, UpdateStatus, Workflow, WorkflowStep, WorkflowUpdate
+from .replay_check import replay_dry
+from .starts import check_id
+from .storable import check_text
+from .wakeups import UPDATE_CHANNEL, notifies
+
+MAX_UPDATE_ID_BYTES = 128
+# How long a poll waits at most between two looks at the reply (the first looks are sooner).
+MAX_POLL_SECONDS = 0.2
+
+
+class UpdateHandle:
+    """An update the run accepted: ``update_id``, and ``result()`` to wait for the reply."""
+
+    def __init__(self, workflow_id: str, update: WorkflowUpdate) -> None:
+        self.workflow_id = workflow_id
+        self.update_id = update.update_id
+        self.name = update.name
+        self._pk = update.pk
+
+    def __repr__(self) -> str:
+        return f"<UpdateHandle {self.name!r} {self.update_id!r} of {self.workflow_id!r}>"
+
+    @property
+    def status(self) -> str:
+        """``pending``, ``completed`` or ``failed`` (read from the database on every access)."""
+        return self._record().status
+
+    def result(self, timeout: float | timedelta | None = None) -> Any:
+        """Wait for the run to apply the update and return the handler's reply.
+
+        Raises UpdateFailed if the handler raised (the run goes on) or the run ended before applying it,
+        and TimeoutError if ``timeout`` seconds pass first (the update stays accepted and is applied later;
+        ``start_update`` with the same ``update_id`` returns this update again)."""
+        seconds = None if timeout is None else to_seconds(timeout, "timeout", allow_zero=True)
+        deadline = None if seconds is None else time.monotonic() + seconds
+        driver = client.driver_here()  # inside the test environment: it moves the run on, whatever the timeout
+        alias = router.db_for_read(WorkflowUpdate)
+        with _ReplyListener(alias, self._pk) as listener:
+            delay = 0.005
+            while True:
+                record = self._record()
+                if record.status != UpdateStatus.PENDING:
+                    return _reply(record)
+                if record.run.is_finished and record.run.status != RunStatus.CONTINUED:
+                    raise UpdateFailed(f"update {self.name!r} ({self.update_id!r}) was not applied: run "
+                                       f"{record.run_id} ended ({record.run.status}) before it got to it")
+                if driver is not None:
+                    driver()  # the test environment: move the run on, then answer or explain
+                    record = self._record()
+                    if record.status != UpdateStatus.PENDING:
+                        return _reply(record)
+                    raise TimeoutError(self._not_applied(record, "its run cannot apply it without time passing "
+                                                                 "or an outside event"))
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise TimeoutError(self._not_applied(record, f"within {seconds:g}s"))
+                wait = min(delay, MAX_POLL_SECONDS) if listener.polls else 1.0
+                listener.wait(wait if remaining is None else min(wait, remaining))
+                delay *= 2
+
+    def _record(self) -> WorkflowUpdate:
+        try:
+            return WorkflowUpdate.objects.select_related("run").get(pk=self._pk)
+        except WorkflowUpdate.DoesNotExist:
+            raise WorkflowNotFound(f"update {self.update_id!r} of {self.workflow_id!r} no longer exists (retention "
+                                   "may have deleted its run)") from None
+
+    def _not_applied(self, record: WorkflowUpdate, why: str) -> str:
+        run = record.run
+        state = f"{run.status}" + (f", {run.wait_reason}" if run.wait_reason else "")
+        return (f"update {self.name!r} ({self.update_id!r}) of run {run.run_id} was not applied {why} (the run is "
+                f"{state}); it stays accepted and is applied when the run gets to it")
+
+
+def _reply(record: WorkflowUpdate) -> Any:
+    if record.status == UpdateStatus.COMPLETED:
+        return decode(record.result)
+    error = record.error or {}
+    raise UpdateFailed(f"update {record.name!r} ({record.update_id!r}) failed: {error.get('type', 'Error')}: "
+                       f"{error.get('message', '')}", error=error)
+
+
+class _ReplyListener:
+    """LISTEN for the reply on PostgreSQL (a connection of its own, for as long as the caller waits);
+    elsewhere, or with WEFT_NOTIFY off, ``wait`` just sleeps and the caller polls."""
+
+    def __init__(self, alias: str, pk: int) -> None:
+        self._alias, self._key = alias, str(pk)
+        self.polls = not notifies(alias)
+        self._wrapper: Any = None
+
+    def __enter__(self) -> _ReplyListener:
+        if not self.polls:
+            self._wrapper = connections.create_connection(self._alias)
+            self._wrapper.ensure_connection()
+            raw = self._wrapper.connection
+            raw.autocommit = True
+            raw.execute(f"LISTEN {UPDATE_CHANNEL}")  # before the caller's first look: no reply is missed
+        return self
+
+    def wait(self, seconds: float) -> None:
+        if self._wrapper is None:
+            time.sleep(max(0.0, seconds))
+            return
+        for notice in self._wrapper.connection.notifies(timeout=max(0.0, seconds)):
+            if notice.payload == self._key:
+                return
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._wrapper is not None:
+            self._wrapper.close()
+
+
+def check_update(name: Any, payload: Any, update_id: Any) -> tuple[bytes, str]:
+    """The encoded payload and the update id (a new one when none is given), or InvalidArgument/PayloadError."""
+    check_id(name, "an update name")
+    if update_id is None:
+        update_id = uuid.uuid4().hex
+    elif not isinstance(update_id, str) or not update_id:
+        raise InvalidArgument(f"update_id must be a non-empty string, got {update_id!r}")
+    check_text(update_id, "update_id")
+    if len(update_id.encode("utf-8")) > MAX_UPDATE_ID_BYTES:
+        raise InvalidArgument(f"update_id must be at most {MAX_UPDATE_ID_BYTES} UTF-8 bytes, got "
+                              f"{len(update_id.encode('utf-8'))}")
+    return encode(payload, what=f"payload of update {name!r}"), update_id
+
+
+def validate(run: Workflow, name: str, payload: Any, *, fresh: bool = False) -> None:
+    """Rebuild ``run``'s state (nothing runs, nothing is written) and check the update against it: its code
+    must register a handler ``name``, and the handler's validator must accept ``payload``."""
+    steps = () if fresh else WorkflowStep.objects.filter(run=run)
+    timers = () if fresh else Timer.objects.filter(run=run, fired_at__isnull=True, seq__isnull=False)
+    ctx, stopped = replay_dry(run, steps, timers)
+    if stopped is not None:
+        raise UpdateRejected(f"update {name!r} of run {run.run_id}: the run's code could not be replayed "
+                             f"({type(stopped).__name__}: {stopped})", name=name) from stopped
+    handlers = sorted(ctx._update_handlers)
+    if name not in handlers:
+        known = ", ".join(repr(n) for n in handlers) or "none"
+        raise UpdateRejected(f"run {run.run_id} of {run.workflow_id!r} has no update handler {name!r}; its code "
+                             f"registers: {known}", name=name, registered=handlers)
+    validator = ctx._update_validators.get(name)
+    if validator is None:
+        return
+    try:
+        ctx._call_handler(validator, decode(encode(payload)), f"the validator of update {name!r}")
+    except Exception as exc:
+        raise UpdateRejected(f"update {name!r} of run {run.run_id} was rejected by its validator: "
+                             f"{type(exc).__name__}: {exc}", name=name, registered=handlers) from exc
+
+
+def send(run_id: uuid.UUID, name: str, payload: Any, update_id: str | None, *, waiting: bool) -> UpdateHandle:
+    """Validate and store an update for the chain of run ``run_id`` (its open run)."""
+    data, update_id = check_update(name, payload, update_id)
+    if waiting and client.driver_here() is None and connections[router.db_for_write(Workflow)].in_atomic_block:
+        raise InvalidArgument(
+            "handle.update() waits for the run to apply the update, which the run cannot see before this "
+            "transaction commits: call it outside transaction.atomic() (with ATOMIC_REQUESTS, mark the view "
+            "@transaction.non_atomic_requests), or call start_update() and its result() after the commit")
+    run = Workflow.objects.end_of_chain(_get(run_id))
+    if run.is_finished:
+        raise _closed(run, name)
+    existing = WorkflowUpdate.objects.filter(run=run, update_id=update_id).first()
+    if existing is None:
+        validate(run, name, payload)
+    for _ in range(3):
+        try:
+            with transaction.atomic():
+                locked = _lock_chain(run.pk)
+                if locked.is_finished:
+                    raise _closed(locked, name)
+                update, _created = transitions.deliver_update(locked, name, data, update_id, clock.now())
+                return UpdateHandle(locked.workflow_id, update)
+        except IntegrityError:
+            continue  # the same update_id, stored by a concurrent caller meanwhile: the next round finds it
+    raise InvalidArgument(f"update {update_id!r} could not be stored; try again")
+
+
+def _get(run_id: uuid.UUID) -> Workflow:
+    run = Workflow.objects.filter(pk=run_id).first()
+    if run is None:
+        raise WorkflowNotFound(f"run {run_id} does not exist")
+    return run
+
+
+def _lock_chain(run_pk: Any) -> Workflow:
+    """Lock the chain's open run (following one that continued as new while the caller waited for its lock)."""
+    run = transitions.locked_run(run_pk)
+    for _ in range(3):
+        if run.status != RunStatus.CONTINUED:
+            break
+        run = transitions.locked_run(Workflow.objects.end_of_chain(run).pk)
+    return run
+
+
+def _closed(run: Workflow, name: str) -> WorkflowClosed:
+    return WorkflowClosed(f"workflow {run.workflow_id!r} is {run.status} (run {run.run_id}); it cannot receive "
+                          f"update {name!r}")

@@ -1,0 +1,115 @@
+"""Updates against real weft_maintenance processes on PostgreSQL: concurrent senders, one update_id from many
+threads, and an executor SIGKILLed while it applies an update."""
+
+from __future__ import annotations
+
+import signal
+import threading
+
+import pytest
+from django.db import connections
+
+import django_weft as weft
+from django_weft.models import RunStatus, StepKind, UpdateStatus, WorkflowStep, WorkflowUpdate
+from tests.procs import SHORT_LEASE, pids_of, wait_until
+from tests.testapp.update_process_workflows import KILL_IN_ACTIVITY, KILL_IN_HANDLER
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
+
+DEADLINE = 60
+
+
+def in_threads(count: int, action) -> list:
+    """Run ``action(i)`` in ``count`` threads started together; their results (or exceptions), by index."""
+    results: list = [None] * count
+    barrier = threading.Barrier(count)
+
+    def target(index: int) -> None:
+        try:
+            barrier.wait(10)
+            results[index] = action(index)
+        except BaseException as exc:  # reported by the assertions below
+            results[index] = exc
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=target, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(DEADLINE)
+    assert not any(thread.is_alive() for thread in threads), "a sender thread hung"
+    return results
+
+
+def parked(handle) -> bool:
+    return handle.refresh().status == RunStatus.WAITING
+
+
+def update_rows(handle) -> list[tuple[int, str]]:
+    return list(WorkflowStep.objects.filter(run_id=handle.run_id, kind=StepKind.UPDATE).order_by("seq")
+                .values_list("seq", "name"))
+
+
+def test_eight_threads_with_distinct_update_ids_each_get_their_reply_applied_once_in_arrival_order(
+        postgres_only, maintenance):
+    handle = weft.start("updates.ledger", 8)
+    proc = maintenance("loop", "--interval", "0.2")
+    wait_until(lambda: parked(handle), "the run to park", DEADLINE, [proc])
+
+    replies = in_threads(8, lambda i: handle.update("append", f"t{i}", update_id=f"u{i}", timeout=DEADLINE))
+    assert all(isinstance(r, int) for r in replies), replies
+    assert sorted(replies) == list(range(1, 9))
+    entries = handle.result(timeout=DEADLINE)
+    for index, reply in enumerate(replies):
+        assert entries[reply - 1] == f"t{index}"  # each reply is its own update's place
+    records = list(WorkflowUpdate.objects.filter(run_id=handle.run_id).order_by("sequence"))
+    assert [r.update_id for r in records] == [f"u{entries[i][1:]}" for i in range(8)]  # arrival order
+    assert [r.applied_seq for r in records] == sorted(r.applied_seq for r in records)
+    assert all(r.status == UpdateStatus.COMPLETED for r in records)
+    assert len(update_rows(handle)) == 8
+
+
+def test_eight_threads_with_one_update_id_make_one_update_and_share_its_reply(postgres_only, maintenance):
+    handle = weft.start("updates.ledger", 2)
+    proc = maintenance("loop", "--interval", "0.2")
+    wait_until(lambda: parked(handle), "the run to park", DEADLINE, [proc])
+
+    replies = in_threads(8, lambda i: handle.update("append", "same", update_id="once", timeout=DEADLINE))
+    assert replies == [1] * 8, replies
+    assert WorkflowUpdate.objects.filter(run_id=handle.run_id).count() == 1
+    assert len(update_rows(handle)) == 1
+    assert handle.update("append", "next", timeout=DEADLINE) == 2
+    assert handle.result(timeout=DEADLINE) == ["same", "next"]
+
+
+@pytest.mark.parametrize("kill", [KILL_IN_HANDLER, KILL_IN_ACTIVITY])
+def test_an_executor_sigkilled_while_applying_an_update_loses_nothing_and_applies_it_once(
+        postgres_only, maintenance, kill):
+    """The first process dies inside the handler (nothing of the application is committed), or in the
+    activity right after it (the application and its reply are): the second finishes the run, and the
+    update is applied once either way."""
+    key = f"fragile-{kill}"
+    handle = weft.start("updates.fragile", key)
+    weft.run_maintenance()  # parks in wait_condition
+    assert parked(handle)
+    sent = handle.start_update("add", "x", update_id="the-one")
+
+    first = maintenance("first", "--interval", "0.2", **SHORT_LEASE, **{kill: "1"})
+    assert first.wait(DEADLINE) == -signal.SIGKILL, first.output()
+    record = WorkflowUpdate.objects.get()
+    if kill == KILL_IN_HANDLER:
+        assert record.status == UpdateStatus.PENDING and update_rows(handle) == []
+    else:
+        assert record.status == UpdateStatus.COMPLETED and len(update_rows(handle)) == 1
+        assert sent.result(timeout=0) == 1  # the reply committed before the process died
+
+    second = maintenance("second", "--interval", "0.2", **SHORT_LEASE)
+    assert sent.result(timeout=DEADLINE) == 1
+    wait_until(lambda: handle.refresh().is_finished, "the second process to finish the run", DEADLINE, [second])
+    assert handle.result(timeout=0) == {"items": ["x"], "after": "after"}
+    assert len(update_rows(handle)) == 1
+    record.refresh_from_db()
+    assert record.status == UpdateStatus.COMPLETED and record.decoded_result == 1
+    expected = [first.pid, second.pid] if kill == KILL_IN_ACTIVITY else [second.pid]
+    assert pids_of(key) == expected
