@@ -182,11 +182,12 @@ def send(run_id: uuid.UUID, name: str, payload: Any, update_id: str | None, *, w
             "transaction commits: call it outside transaction.atomic() (with ATOMIC_REQUESTS, mark the view "
             "@transaction.non_atomic_requests), or call start_update() and its result() after the commit")
     run = Workflow.objects.end_of_chain(_get(run_id))
+    existing = WorkflowUpdate.objects.filter(run=run, update_id=update_id).first()
+    if existing is not None:
+        return UpdateHandle(run.workflow_id, existing)  # a repeat: the same update, even once the run finished
     if run.is_finished:
         raise _closed(run, name)
-    existing = WorkflowUpdate.objects.filter(run=run, update_id=update_id).first()
-    if existing is None:
-        validate(run, name, payload)
+    validate(run, name, payload)
     for _ in range(3):
         try:
             with transaction.atomic():

@@ -190,6 +190,8 @@ def test_weft_bench_latency_measures_both_notify_settings(subprocess_env):
         assert None not in (f["p50_ms"], f["p95_ms"], f["max_ms"])
         # Each signal resumed its run after it was sent, and (polling every 0.5 s) well within seconds.
         assert 0 < f["min_ms"] <= f["p50_ms"] <= f["p95_ms"] <= f["max_ms"] < 5000, f
+        u = f["update_round_trip"]  # each update was answered with its own payload, as the bench checks
+        assert u["samples"] == 3 and 0 < u["min_ms"] <= u["p50_ms"] <= u["p95_ms"] <= u["max_ms"], u
     if connection.vendor == "postgresql":
         assert "LISTEN/NOTIFY" in figures["notify_on"]["wakeups"]
     assert figures["notify_off"]["wakeups"] == "polling every 0.5s"

@@ -215,3 +215,15 @@ def test_bad_update_arguments_are_clear_errors(weft_env, bad, message):
     with pytest.raises((weft.InvalidArgument, weft.PayloadError), match=message):
         handle.update(args.pop("name"), args.pop("payload"), **args)
     assert not WorkflowUpdate.objects.exists()
+
+
+def test_a_repeated_update_id_gets_its_reply_even_after_the_run_finished(weft_env):
+    handle = weft.start("updates.cart", "ned")
+    weft_env.drive()
+    assert handle.update("add_item", "A1", update_id="first") == 1
+    handle.update("add_item", "B2")
+    handle.update("add_item", "C3")
+    assert handle.result()["items"] == ["A1", "B2", "C3"]
+    assert handle.update("add_item", "A1", update_id="first") == 1  # a client's late retry
+    with pytest.raises(weft.WorkflowClosed):
+        handle.update("add_item", "A1", update_id="new")

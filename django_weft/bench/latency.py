@@ -1,12 +1,18 @@
-"""``manage.py weft_bench --latency M``: the signal-to-resume latency of an idle ``weft_maintenance`` loop.
+"""``manage.py weft_bench --latency M``: the signal-to-resume latency of an idle ``weft_maintenance`` loop, and
+the round trip of an update (``handle.update``: validated, stored, applied by the run, reply returned).
 
 :func:`run_latency_bench`: for NOTIFY on and off, one ``weft_maintenance`` subprocess polling every S
 seconds, M runs of ``weft.bench.wait`` parked in ``wait_for_signal``; the signals are then sent one at a
 time after a random pause (uniform 0..S, so they fall at random phases of the poll), and each latency is
 the run's ``finished_at`` minus the wall time just before ``signal()``.
 
-Importing this module registers the ``weft.bench.wait`` workflow; every ``weft_maintenance`` child of the
-bench imports it (:func:`~django_weft.bench.subprocesses.maintenance_child`) to execute those runs.
+The update pass, in the same loop, sends M updates one at a time (again after a random pause) to one run of
+``weft.bench.updates`` parked in ``wait_condition``, and times each ``handle.update()`` call as the caller sees
+it; with NOTIFY on, both the loop's wake-up and the caller's wait for the reply use LISTEN/NOTIFY.
+
+Importing this module registers the ``weft.bench.wait`` and ``weft.bench.updates`` workflows; every
+``weft_maintenance`` child of the bench imports it (:func:`~django_weft.bench.subprocesses.maintenance_child`)
+to execute those runs.
 """
 
 from __future__ import annotations
@@ -38,6 +44,56 @@ DEFAULT_LATENCY_INTERVAL = 1.0
 def wait_workflow(ctx: Any) -> None:
     """Parks until the signal ``go`` arrives, then completes."""
     ctx.wait_for_signal(WAIT_SIGNAL)
+
+
+UPDATE_WORKFLOW = "weft.bench.updates"
+
+
+@workflow(name=UPDATE_WORKFLOW)
+def update_workflow(ctx: Any) -> int:
+    """Replies to each ``ping`` with its payload; completes after ``stop``."""
+    state = {"pings": 0, "stopped": False}
+
+    def ping(value: Any) -> Any:
+        state["pings"] += 1
+        return value
+
+    ctx.set_update_handler("ping", ping)
+    ctx.set_update_handler("stop", lambda: state.update(stopped=True))
+    ctx.wait_condition(lambda: state["stopped"])
+    return state["pings"]
+
+
+def _update_round_trips(count: int, interval: float, rng: random.Random, children: Children) -> list[float]:
+    from .. import client
+
+    handle = client.start(update_workflow)
+    _wait_all_waiting([handle.run_id], children, max(30.0, 10 * interval))
+    timeout = max(30.0, 10 * interval)
+    latencies = []
+    try:
+        for number in range(count):
+            time.sleep(rng.uniform(0, interval))
+            started = time.perf_counter()
+            if handle.update("ping", number, timeout=timeout) != number:
+                raise BenchError(f"update {number} of run {handle.run_id} was answered with another reply")
+            latencies.append((time.perf_counter() - started) * 1000)
+        handle.update("stop", timeout=timeout)
+    except TimeoutError as exc:
+        raise BenchError(f"{exc}\n{children.describe()}") from None
+    children.check_alive("the updates were sent")
+    return latencies
+
+
+def _summary(latencies: list[float]) -> dict[str, Any]:
+    return {
+        "samples": len(latencies),
+        "p50_ms": round_ms(percentile(latencies, 50)),
+        "p95_ms": round_ms(percentile(latencies, 95)),
+        "max_ms": round_ms(max(latencies)),
+        "min_ms": round_ms(min(latencies)),
+        "mean_ms": round_ms(sum(latencies) / len(latencies)),
+    }
 
 
 def _wait_all_waiting(run_ids: list, children: Children, timeout: float) -> None:
@@ -104,20 +160,19 @@ def _latency_pass(*, runs: int, interval: float, notify: bool, keep: bool, rng: 
                 client.signal(handle.workflow_id, WAIT_SIGNAL)
                 finished_at = _finished_at(handle.run_id, children, max(30.0, 10 * interval))
                 latencies.append((finished_at.timestamp() - sent) * 1000)
+            progress(f"notify {label}: sending {runs} update(s) one by one")
+            updates = _update_round_trips(runs, interval, rng, children)
             load_after = load_average()
             children.stop()
     finally:
         if not keep:
             delete_bench_runs(run_ids, WAIT_WORKFLOW, since)
+            delete_bench_runs([], UPDATE_WORKFLOW, since)
     return {
         "notify": notify,
         "wakeups": line.split(", ", 1)[-1].split(";")[0],
-        "samples": len(latencies),
-        "p50_ms": round_ms(percentile(latencies, 50)),
-        "p95_ms": round_ms(percentile(latencies, 95)),
-        "max_ms": round_ms(max(latencies)),
-        "min_ms": round_ms(min(latencies)),
-        "mean_ms": round_ms(sum(latencies) / len(latencies)),
+        **_summary(latencies),
+        "update_round_trip": _summary(updates),
         "loadavg_before": load_before,
         "loadavg_after": load_after,
     }

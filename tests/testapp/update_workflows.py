@@ -88,3 +88,27 @@ def flags(ctx: weft.Context) -> dict:
     ctx.set_signal_handler("note", lambda text: state["notes"].append(text))
     ctx.wait_condition(lambda: state["ready"])
     return state
+
+
+@weft.workflow(name="updates.roller")
+def roller(ctx: weft.Context, carried: bool = False) -> list:
+    """Its first run takes no updates and continues as new on "roll"; the next run applies them."""
+    if not carried:
+        ctx.wait_for_signal("roll")
+        ctx.continue_as_new(True)
+    got: list = []
+    ctx.set_update_handler("later", lambda value: got.append(value) or len(got))
+    ctx.wait_condition(lambda: bool(got))
+    return got
+
+
+deployed = {"version": 1}
+
+
+@weft.workflow(name="updates.deployed")
+def deployed_cart(ctx: weft.Context) -> list:
+    """Deploy 2 renames its update handler: runs that applied "add" no longer replay."""
+    items: list = []
+    ctx.set_update_handler("add" if deployed["version"] == 1 else "add_item", lambda sku: items.append(sku))
+    ctx.wait_condition(lambda: len(items) >= 5)
+    return items

@@ -44,7 +44,6 @@ class Inbox(Signals, Handlers):
     """The replay context's updates, handled signals and conditions (mixed into runtime.context.Context)."""
 
     _inbox_checked_at: float | None = None
-    _update_records: dict[int, WorkflowUpdate] | None = None
     # Updates applied by this execution whose rows are not committed yet.
     _applied_now: frozenset[int] = frozenset()
 
@@ -102,17 +101,14 @@ class Inbox(Signals, Handlers):
     def _replay_handled(self) -> None:
         """Re-apply the handler rows recorded right after the current position."""
         while (row := self._journal.get(self._seq + 1)) is not None and row.kind in HANDLER_KINDS:
-            if row.kind == StepKind.UPDATE:
-                record = self._recorded_updates().get(row.seq)
-                if record is None:
-                    raise self._mismatch(row, "its update record is missing")
-                payload, handler = record.payload, self._update_handlers.get(row.name)
+            if row.kind == StepKind.UPDATE:  # its row holds the payload it was applied with, and the reply
+                payload, handler = decode(row.result)["payload"], self._update_handlers.get(row.name)
             else:
-                payload, handler = row.result, self._signal_handlers.get(row.name)
+                payload, handler = decode(row.result), self._signal_handlers.get(row.name)
             if handler is None:
                 raise self._mismatch(row, f"the code registers no handler for {row.name!r} here")
             try:
-                self._call_handler(handler, decode(payload), f"{row.kind} {row.name!r}")
+                self._call_handler(handler, payload, f"{row.kind} {row.name!r}")
             except Exception as exc:
                 if row.status != StepStatus.FAILED:
                     raise self._mismatch(row, f"its handler now raises {type(exc).__name__}: {exc}") from exc
@@ -125,15 +121,6 @@ class Inbox(Signals, Handlers):
             "update and signal handlers must be registered, and behave, the same way on every replay",
             seq=row.seq, recorded=f"{row.kind} {row.name!r}", requested=why,
         )
-
-    def _recorded_updates(self) -> dict[int, WorkflowUpdate]:
-        if self._update_records is None:
-            self._update_records = {
-                int(u.applied_seq or 0): u
-                for u in WorkflowUpdate.objects.filter(run_id=self.run_id, applied_seq__isnull=False).only(
-                    "applied_seq", "name", "payload")
-            }
-        return self._update_records
 
     def _apply_arrived(self) -> None:
         """Apply the updates and handled signals that arrived, in arrival order; an update whose handler the
@@ -162,23 +149,22 @@ class Inbox(Signals, Handlers):
     def _apply_update(self, update: WorkflowUpdate) -> None:
         seq = self._take_position()
         now = clock.now()
-        result: bytes | None = None
+        payload = decode(update.payload)
+        reply: bytes | None = None
         error: dict | None = None
         try:
-            value = self._call_handler(self._update_handlers[update.name], decode(update.payload),
-                                       f"update {update.name!r}")
-            result = encode(value, what=f"the reply of update {update.name!r}")
+            value = self._call_handler(self._update_handlers[update.name], payload, f"update {update.name!r}")
+            reply = encode(value, what=f"the reply of update {update.name!r}")
         except Exception as exc:  # the handler's, or a reply that cannot be stored (PayloadError)
             error = error_dict(exc)
         status = StepStatus.FAILED if error else StepStatus.COMPLETED
-        self._defer(self._record(self._step(seq, StepKind.UPDATE, update.name, status, result=result, error=error,
+        # The row keeps the payload (a replay applies it again from the journal alone) and the reply.
+        row = encode({"payload": payload, "reply": None if reply is None else decode(reply)})
+        self._defer(self._record(self._step(seq, StepKind.UPDATE, update.name, status, result=row, error=error,
                                             started=now, finished=now), None))
         self._defer(journal.ApplyUpdate(update.pk, UpdateStatus.FAILED if error else UpdateStatus.COMPLETED, seq,
-                                        result, error, now))
+                                        reply, error, now))
         self._applied_now = self._applied_now | {update.pk}
-        records = self._recorded_updates()
-        update.applied_seq = seq
-        records[seq] = update
 
     def _apply_signal(self, signal: Signal) -> None:
         # A signal handler's exception is the workflow's: it propagates (and fails the run) like code's.

@@ -83,7 +83,8 @@ class Command(BaseCommand):
         "each), with --celery-workers C by one Celery worker subprocess (prefork, C processes, "
         "WEFT_EXECUTOR=celery, broker --broker); the starts then overlap the drive, elapsed_seconds runs from "
         "the first start to the latest finished_at, and completion is polled from the database. With "
-        "--latency M it measures the signal-to-resume latency of an idle weft_maintenance (--interval S): "
+        "--latency M it measures the signal-to-resume latency of an idle weft_maintenance (--interval S) and the "
+        "round trip of M updates: "
         "M runs wait for a signal, which is sent to each after a random pause of 0..S, with PostgreSQL "
         "NOTIFY on and off (see django_weft.bench.latency). With --parallel K[,K...] it times, one run at a time, "
         "runs that gather K activities waiting --sleep-seconds each (time.sleep, and async def with "
@@ -393,8 +394,10 @@ class Command(BaseCommand):
                           f"loop polling every {figures['interval']:g}s")
         for key in ("notify_on", "notify_off"):
             f = figures[key]
+            u = f["update_round_trip"]
             self.stdout.write(f"{key.replace('_', ' ')} ({f['wakeups']}): p50 {f['p50_ms']:.0f} ms, "
-                              f"p95 {f['p95_ms']:.0f} ms, max {f['max_ms']:.0f} ms")
+                              f"p95 {f['p95_ms']:.0f} ms, max {f['max_ms']:.0f} ms; update round trip: "
+                              f"p50 {u['p50_ms']:.0f} ms, p95 {u['p95_ms']:.0f} ms, max {u['max_ms']:.0f} ms")
         self.stdout.write(json.dumps(figures, sort_keys=False))
 
     def handle_parallel(self, parallel: str, sleep_seconds: float | None, repeat: int | None, *, timeout: float,
