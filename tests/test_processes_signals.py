@@ -26,7 +26,7 @@ from django.db import OperationalError, connection, transaction
 from django.utils import timezone
 
 import django_weft as weft
-from django_weft import client, transitions
+from django_weft import transitions, with_start
 from django_weft.codec import decode
 from django_weft.models import AsyncActivity, AsyncStatus, RunStatus, Signal, Timer, Workflow
 from tests.procs import (
@@ -286,7 +286,7 @@ def test_start_or_signal_locks_a_run_that_appears_after_its_locked_lookup(postgr
     after this caller's locked lookup found no open run. This caller then signals that run, and must do
     so holding its row lock (the signal's arrival sequence is the run's inbox_seq + 1, read and written
     under that lock), which a NOWAIT lock attempt from another connection checks."""
-    real_lookup, real_deliver = client._lock_open_run, transitions.deliver_signal
+    real_lookup, real_deliver = with_start.lock_open_run, transitions.deliver_signal
     interleaved: list[bool] = []
     locked_while_delivering: list[bool] = []
 
@@ -302,7 +302,7 @@ def test_start_or_signal_locks_a_run_that_appears_after_its_locked_lookup(postgr
             locked_while_delivering.append(row_locked_elsewhere(run.pk))
         return real_deliver(run, name, payload, signal_id, now)
 
-    monkeypatch.setattr(client, "_lock_open_run", lookup)
+    monkeypatch.setattr(with_start, "lock_open_run", lookup)
     monkeypatch.setattr(transitions, "deliver_signal", deliver)
 
     second = start_or_signal(1, 2, "item-1")

@@ -113,3 +113,15 @@ def test_an_executor_sigkilled_while_applying_an_update_loses_nothing_and_applie
     assert record.status == UpdateStatus.COMPLETED and record.decoded_result == 1
     expected = [first.pid, second.pid] if kill == KILL_IN_ACTIVITY else [second.pid]
     assert pids_of(key) == expected
+
+
+def test_a_running_run_applies_an_update_at_its_next_operation_without_parking(postgres_only, maintenance):
+    handle = weft.start("updates.busy", 40)
+    proc = maintenance("loop", "--interval", "0.2")
+    wait_until(lambda: WorkflowStep.objects.filter(run_id=handle.run_id).count() >= 3, "the run to be busy",
+               DEADLINE, [proc])
+    assert handle.update("note", "hi", timeout=DEADLINE) == 1
+    assert handle.result(timeout=DEADLINE) == ["hi"]
+    [(update_seq, _)] = update_rows(handle)
+    last = WorkflowStep.objects.filter(run_id=handle.run_id).order_by("-seq").values_list("seq", flat=True)[0]
+    assert update_seq < last - 5, (update_seq, last)  # applied between activities, long before the end

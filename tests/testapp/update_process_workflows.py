@@ -50,3 +50,20 @@ def fragile(ctx: weft.Context, key: str) -> dict:
     ctx.set_update_handler("add", add)
     ctx.wait_condition(lambda: bool(items))
     return {"items": items, "after": ctx.run(after_update, key)}
+
+
+@weft.activity
+def pause(seconds: float) -> None:
+    import time
+
+    time.sleep(seconds)
+
+
+@weft.workflow(name="updates.busy")
+def busy(ctx: weft.Context, steps: int) -> list:
+    """Never parks: a run of activities, taking updates between them."""
+    seen: list = []
+    ctx.set_update_handler("note", lambda value: seen.append(value) or len(seen))
+    for _ in range(steps):
+        ctx.run(pause, 0.1)
+    return seen
