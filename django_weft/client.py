@@ -353,17 +353,24 @@ def _closed(run: Workflow, name: str) -> WorkflowClosed:
     )
 
 
+# A chain that continues as new quickly can move on while a caller waits for its run's lock: it follows.
+LOCK_CHAIN_ATTEMPTS = 10
+
+
 def lock_open_run(workflow_id: str) -> Workflow | None:
-    for _ in range(3):
-        run = Workflow.objects.open().select_for_update().filter(workflow_id=workflow_id).first()
+    """The open run of ``workflow_id``, locked; None if it has none."""
+    runs = Workflow.objects.open().select_for_update()
+    run = runs.filter(workflow_id=workflow_id).first()
+    for _ in range(LOCK_CHAIN_ATTEMPTS):
         if run is not None:
             return run
         # The open run may have just continued as new: this statement waited for its lock and then saw it
-        # closed, and the next statement sees its successor.
+        # closed; the next statement sees its successor, which is locked by its key.
         latest = Workflow.objects.latest_for(workflow_id).only("status").first()
-        if latest is None or (latest.is_finished and latest.status != RunStatus.CONTINUED):
+        if latest is None or latest.is_finished:
             return None
-    return None
+        run = runs.filter(pk=latest.pk).first()
+    return run
 
 
 def signal(workflow_id: str, name: str, payload: Any = None, *, signal_id: str | None = None) -> bool:
