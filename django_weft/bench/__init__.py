@@ -12,5 +12,6 @@
 * :mod:`.replay_bench`: the replay check over seeded open runs, 1% of them mismatched (``--replay-check``);
 * :mod:`.continue_bench`: the cost per signal of a run looping on signals with and without
   ``ctx.continue_as_new`` (``--continue-as-new``);
+* :mod:`.query_bench`: ``handle.query()`` against the history length of the run (``--query-latency``);
 * :mod:`.seed`: a large seeded history and the run admin's timings against it.
 """

@@ -3,8 +3,9 @@
 Only in projects with ``"django_weft.bench"`` in INSTALLED_APPS. ``--processes``, ``--celery-workers`` and
 ``--latency`` execute in subprocesses: see django_weft.bench.processes, .celery_worker and .latency;
 ``--parallel`` compares parallel branches with sequential steps (django_weft.bench.parallel),
-``--replay-check`` times the replay check over seeded runs (django_weft.bench.replay_bench) and
-``--continue-as-new`` the wake cost of a run looping on signals (django_weft.bench.continue_bench). It
+``--replay-check`` times the replay check over seeded runs (django_weft.bench.replay_bench),
+``--continue-as-new`` the wake cost of a run looping on signals (django_weft.bench.continue_bench) and
+``--query-latency`` handle.query() against history length (django_weft.bench.query_bench). It
 refuses to run beside live executors, and deletes what it created however it ends: normally, on an error,
 on Ctrl-C or SIGTERM (a second signal exits at once, without the cleanup).
 """
@@ -101,9 +102,12 @@ class Command(BaseCommand):
         "--milestones (100,10000,100000 signals consumed) measures --window (200) signals sent one at a time, "
         "each followed by the executions it causes: ms per signal, queries and commits per signal; the same "
         "for a run that never continues as new at --plain-milestones (100,2000; capped, since its cost grows "
-        "with its journal) (see django_weft.bench.continue_bench). It refuses to run while executors are live "
-        "on the database (their heartbeat rows), and deletes what it created on every exit path, SIGTERM and "
-        "Ctrl-C included."
+        "with its journal) (see django_weft.bench.continue_bench). With --query-latency [N[,N...]] (default "
+        "10,1000,10000) it executes one run per N whose journal holds N steps (activities and ctx.now()) before a "
+        "signal wait, then times --repeat (20) handle.query() calls on each: p50/p95/max ms, ms per 1,000 steps, "
+        "and the journal load and dry replay alone (see django_weft.bench.query_bench). It refuses to run while "
+        "executors are live on the database (their heartbeat rows), and deletes what it created on every exit "
+        "path, SIGTERM and Ctrl-C included."
     )
 
     def progress_writer(self) -> Callable[[str], None]:
@@ -159,7 +163,10 @@ class Command(BaseCommand):
         parser.add_argument("--sleep-seconds", type=float, default=None,
                             help="With --parallel: how long each activity waits (default 0.2).")
         parser.add_argument("--repeat", type=int, default=None,
-                            help="With --parallel: runs per figure, whose median is reported (default 3).")
+                            help="With --parallel: runs per figure, whose median is reported (default 3); with "
+                                 "--query-latency: queries timed per history length (default 20).")
+        parser.add_argument("--query-latency", nargs="?", const="10,1000,10000", default=None, metavar="N[,N...]",
+                            help="Time handle.query() on runs whose journals hold N steps (default 10,1000,10000).")
         parser.add_argument("--replay-check", type=int, default=None, metavar="N",
                             help="Seed N open runs parked at a signal wait after --steps activity steps (1%% "
                                  "mismatched with the code) and time the replay check over them.")
@@ -196,11 +203,35 @@ class Command(BaseCommand):
         if refusal:
             raise CommandError(f"weft_bench: {refusal}")
 
+    def run_mode(self, run: Callable[..., dict], table: Callable[[dict], list[str]] | None = None,
+                 **kwargs: Any) -> dict[str, Any]:
+        """Refuse beside live executors, ``run(progress=..., **kwargs)``, a BenchError as a CommandError; the
+        figures (with ``table``: its lines and the JSON line printed)."""
+        from django_weft.bench.core import BenchError
+
+        self.refuse_beside_live_executors()
+        try:
+            figures = run(progress=self.progress_writer(), **kwargs)
+        except BenchError as exc:
+            raise CommandError(f"weft_bench: {exc}") from None
+        if table is not None:
+            for line in table(figures):
+                self.stdout.write(line)
+            self.stdout.write(json.dumps(figures, sort_keys=False))
+        return figures
+
     def handle_mode(self, *, workflows: int | None, schedules: int | None, profile: str | None, steps: int,
                     workers: int, probe_seconds: float, timeout: float, keep: bool, **options: Any) -> None:
         continue_options = ("milestones", "plain_milestones", "window", "continue_every")
         others = ("seed_runs", "processes", "celery_workers", "latency", "interval", "parallel", "sleep_seconds",
                   "repeat")
+        if options.get("query_latency") is not None:
+            excluded = (*others[:-1], *continue_options, "replay_check")  # all but --repeat
+            if workflows is not None or schedules is not None or profile is not None or options.get(
+                    "continue_as_new") or any(options.get(name) is not None for name in excluded):
+                raise CommandError("--query-latency goes alone (with --repeat, --probe-seconds, --keep)")
+            self.handle_query_latency(options["query_latency"], options.get("repeat"), probe_seconds, keep=keep)
+            return
         if options.get("replay_check") is not None:
             if workflows is not None or schedules is not None or profile is not None or options.get(
                     "continue_as_new") or any(options.get(name) is not None for name in (*others, *continue_options)):
@@ -226,7 +257,7 @@ class Command(BaseCommand):
                                  timeout=timeout, keep=keep)
             return
         if options.get("sleep_seconds") is not None or options.get("repeat") is not None:
-            raise CommandError("--sleep-seconds and --repeat go with --parallel")
+            raise CommandError("--sleep-seconds and --repeat go with --parallel (--repeat also with --query-latency)")
         if options.get("seed_runs") is not None:
             self.handle_seed(options["seed_runs"], options["seed_steps"], keep=keep)
             return
@@ -264,16 +295,10 @@ class Command(BaseCommand):
                     timeout=timeout)
 
         # Imported here so the bench workflow is registered only when benchmarking.
-        from django_weft.bench.core import BenchError, run_bench
+        from django_weft.bench.core import run_bench
 
-        self.refuse_beside_live_executors()
-        progress = self.progress_writer()
-        try:
-            figures = run_bench(workflows=workflows, steps=steps, workers=workers,
-                                probe_seconds=probe_seconds, timeout=timeout, keep=keep, progress=progress)
-        except BenchError as exc:
-            raise CommandError(f"weft_bench: {exc}") from None
-        f = figures
+        f = figures = self.run_mode(run_bench, workflows=workflows, steps=steps, workers=workers,
+                                    probe_seconds=probe_seconds, timeout=timeout, keep=keep)
         self.stdout.write(
             f"weft_bench: {f['vendor']}, {workflows} workflows x {steps} steps, "
             f"{workers} executor thread(s); raw commits {f['raw_commits_per_second']:.0f}/s; "
@@ -310,17 +335,10 @@ class Command(BaseCommand):
         if probe_seconds <= 0:
             raise CommandError("--probe-seconds must be positive")
 
-        from django_weft.bench.core import BenchError
         from django_weft.bench.tick import run_schedule_bench
 
-        self.refuse_beside_live_executors()
-        progress = self.progress_writer()
-        try:
-            figures = run_schedule_bench(schedules=schedules, steps=steps, probe_seconds=probe_seconds, keep=keep,
-                                         profile=profile, progress=progress)
-        except BenchError as exc:
-            raise CommandError(f"weft_bench: {exc}") from None
-        f = figures
+        f = figures = self.run_mode(run_schedule_bench, schedules=schedules, steps=steps, probe_seconds=probe_seconds,
+                                    keep=keep, profile=profile)
         self.stdout.write(
             f"weft_bench: {f['vendor']}, {schedules} schedules due at {f['due_at']}; raw commits "
             f"{f['raw_commits_per_second']:.0f}/s; created in {f['create_seconds']:.2f}s"
@@ -380,16 +398,10 @@ class Command(BaseCommand):
         if runs < 1:
             raise CommandError("--latency must be at least 1")
 
-        from django_weft.bench.core import BenchError
         from django_weft.bench.latency import DEFAULT_LATENCY_INTERVAL, run_latency_bench
 
-        self.refuse_beside_live_executors()
-        progress = self.progress_writer()
-        try:
-            figures = run_latency_bench(runs=runs, interval=DEFAULT_LATENCY_INTERVAL if interval is None else interval,
-                                        keep=keep, progress=progress)
-        except BenchError as exc:
-            raise CommandError(f"weft_bench: {exc}") from None
+        figures = self.run_mode(run_latency_bench, runs=runs, keep=keep,
+                                interval=DEFAULT_LATENCY_INTERVAL if interval is None else interval)
         self.stdout.write(f"weft_bench: {figures['vendor']}, signal-to-resume latency over {runs} signal(s), "
                           f"loop polling every {figures['interval']:g}s")
         for key in ("notify_on", "notify_off"):
@@ -402,7 +414,6 @@ class Command(BaseCommand):
 
     def handle_parallel(self, parallel: str, sleep_seconds: float | None, repeat: int | None, *, timeout: float,
                         keep: bool) -> None:
-        from django_weft.bench.core import BenchError
         from django_weft.bench.parallel import (
             DEFAULT_REPEAT,
             DEFAULT_SLEEP_SECONDS,
@@ -424,16 +435,8 @@ class Command(BaseCommand):
         if timeout <= 0:
             raise CommandError("--timeout must be positive")
 
-        self.refuse_beside_live_executors()
-        progress = self.progress_writer()
-        try:
-            figures = run_parallel_bench(branch_counts=branch_counts, sleep_seconds=sleep_seconds, repeat=repeat,
-                                         timeout=timeout, keep=keep, progress=progress)
-        except BenchError as exc:
-            raise CommandError(f"weft_bench: {exc}") from None
-        for line in format_table(figures):
-            self.stdout.write(line)
-        self.stdout.write(json.dumps(figures, sort_keys=False))
+        self.run_mode(run_parallel_bench, format_table, branch_counts=branch_counts, sleep_seconds=sleep_seconds,
+                      repeat=repeat, timeout=timeout, keep=keep)
 
     def handle_replay_check(self, runs: int, steps: int, *, keep: bool) -> None:
         if runs < 1:
@@ -441,18 +444,9 @@ class Command(BaseCommand):
         if steps < 1:
             raise CommandError("--steps must be at least 1 with --replay-check (the runs' recorded activity steps)")
 
-        from django_weft.bench.core import BenchError
         from django_weft.bench.replay_bench import format_table, run_replay_bench
 
-        self.refuse_beside_live_executors()
-        progress = self.progress_writer()
-        try:
-            figures = run_replay_bench(runs=runs, steps=steps, keep=keep, progress=progress)
-        except BenchError as exc:
-            raise CommandError(f"weft_bench: {exc}") from None
-        for line in format_table(figures):
-            self.stdout.write(line)
-        self.stdout.write(json.dumps(figures, sort_keys=False))
+        self.run_mode(run_replay_bench, format_table, runs=runs, steps=steps, keep=keep)
 
     def handle_continue_as_new(self, options: dict[str, Any], *, keep: bool) -> None:
         from django_weft.bench.continue_bench import (
@@ -465,7 +459,6 @@ class Command(BaseCommand):
             parse_milestones,
             run_continue_bench,
         )
-        from django_weft.bench.core import BenchError
 
         window = DEFAULT_WINDOW if options.get("window") is None else options["window"]
         every = DEFAULT_EVERY if options.get("continue_every") is None else options["continue_every"]
@@ -485,13 +478,20 @@ class Command(BaseCommand):
         except ValueError as exc:
             raise CommandError(str(exc)) from None
 
-        self.refuse_beside_live_executors()
-        progress = self.progress_writer()
+        self.run_mode(run_continue_bench, format_table, milestones=milestones, plain_milestones=plain, window=window,
+                      every=every, keep=keep)
+
+    def handle_query_latency(self, lengths: str, repeat: int | None, probe_seconds: float, *, keep: bool) -> None:
+        from django_weft.bench.query_bench import DEFAULT_QUERIES, format_table, parse_lengths, run_query_bench
+
         try:
-            figures = run_continue_bench(milestones=milestones, plain_milestones=plain, window=window, every=every,
-                                         keep=keep, progress=progress)
-        except BenchError as exc:
-            raise CommandError(f"weft_bench: {exc}") from None
-        for line in format_table(figures):
-            self.stdout.write(line)
-        self.stdout.write(json.dumps(figures, sort_keys=False))
+            parsed = parse_lengths(lengths)
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
+        repeat = DEFAULT_QUERIES if repeat is None else repeat
+        if repeat < 1:
+            raise CommandError("--repeat must be at least 1")
+        if probe_seconds <= 0:
+            raise CommandError("--probe-seconds must be positive")
+        self.run_mode(run_query_bench, format_table, lengths=parsed, repeat=repeat, probe_seconds=probe_seconds,
+                      keep=keep)
