@@ -179,15 +179,17 @@ class TaskTokenAlreadyUsed(InvalidTaskToken):
 
 
 class ChildWorkflowFailed(WeftError):
-    """A child workflow did not complete; raised in the parent (catch it to carry on)."""
+    """A child workflow did not complete; raised in the parent (catch it to carry on). ``failure_category`` is
+    the child's."""
 
     def __init__(self, message: str, *, workflow_id: str, run_id: object, status: str,
-                 error: dict | None = None) -> None:
+                 error: dict | None = None, failure_category: str = "") -> None:
         super().__init__(message)
         self.workflow_id = workflow_id
         self.run_id = run_id
         self.status = status
         self.error = error or {}
+        self.failure_category = failure_category
 
 
 class ScheduleAlreadyExists(WeftError):

@@ -42,7 +42,8 @@ class Workflow(models.Model):
     result = models.BinaryField(null=True, blank=True)
     error = models.JSONField(null=True, blank=True)
     failure_category = models.CharField(max_length=16, choices=FailureCategory.choices, blank=True)
-    # Why the engine ended the run, where it did (e.g. "history_limit").
+    # Why the engine ended the run, where it did (e.g. "history_limit", "cancel_requested"); while a cancel
+    # its parent requested waits for the run to park (cancel_requested_at), why it will be cancelled.
     termination_reason = models.CharField(max_length=64, blank=True)
     idempotency_key = models.CharField(max_length=255, null=True, blank=True, unique=True)
     parent = models.ForeignKey(
@@ -173,7 +174,8 @@ class WorkflowStep(models.Model):
     result = models.BinaryField(null=True, blank=True)
     error = models.JSONField(null=True, blank=True)
     attempt = models.PositiveIntegerField(default=1)
-    # Why a failed step failed (application, timeout, ...); empty for the others.
+    # Why a failed step failed (application, timeout, ...), "cancellation" for a branch that lost a race;
+    # empty for the others.
     failure_category = models.CharField(max_length=16, choices=FailureCategory.choices, blank=True, default="",
                                         db_default="")
     started_at = models.DateTimeField()

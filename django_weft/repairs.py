@@ -60,9 +60,9 @@ def retry_failed(run_id: Any, now: datetime) -> Workflow:
 
     The failed step(s) at the end of the journal are deleted (with their timers and async attempts), so
     the step runs again from attempt 1; the rest of the journal is kept and replays. A run that failed by
-    an uncaught exception after its last step simply replays. The run loses its error and finish time and
-    becomes runnable now. Raises TransitionNotAllowed unless the run is failed, or if another run of its
-    workflow id is open (one open run per workflow id).
+    an uncaught exception after its last step simply replays. The run loses its error, failure category and
+    finish time and becomes runnable now. Raises TransitionNotAllowed unless the run is failed, or if another
+    run of its workflow id is open (one open run per workflow id).
     """
     with transaction.atomic():
         run = locked_with_owners(run_id)
@@ -94,7 +94,7 @@ def retry_failed(run_id: Any, now: datetime) -> Workflow:
         Workflow.objects.filter(pk=run.pk).update(
             status=S.RUNNING, fence=F("fence") + 1, runnable_at=now, lease_owner="", wait_reason="",
             error=None, result=None, finished_at=None, cancel_requested_at=None, awaiting_signals=[],
-            retries=F("retries") + 1, updated_at=now,
+            failure_category="", termination_reason="", retries=F("retries") + 1, updated_at=now,
         )
         wakeups.runnable(run.pk, now, now)
     run.refresh_from_db()

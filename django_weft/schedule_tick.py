@@ -103,7 +103,8 @@ class ScheduleTicker:
                 return None
             # cancel_other: the open run goes, this occurrence starts.
             transitions.cancel(open_run.pk, self.now, f"cancelled by schedule {schedule.schedule_id!r} "
-                                                       f"(overlap cancel_other) for occurrence {moment.isoformat()}")
+                                                       f"(overlap cancel_other) for occurrence {moment.isoformat()}",
+                               termination_reason=transitions.SCHEDULE_OVERLAP)
         return self.start(moment, detail=detail)
 
     def start(self, moment: datetime, *, detail: str = "") -> Workflow | None:

@@ -31,6 +31,7 @@ from .exceptions import (
 from .models import (
     AsyncActivity,
     AsyncStatus,
+    FailureCategory,
     ParentClosePolicy,
     RunStatus,
     Schedule,
@@ -62,6 +63,14 @@ FINISH_SIGNALS: dict[str, Any] = {
     S.CANCELLED: signals.workflow_cancelled,
     S.TIMED_OUT: signals.workflow_timed_out,
 }
+
+# termination_reason of the runs the engine ends (the executor's own ones are in runtime/executor.py).
+CANCEL_REQUESTED = "cancel_requested"  # handle.cancel, weft.cancel, the admin
+PARENT_CLOSED = "parent_closed"  # its parent closed (or continued as new): parent_close_policy
+RACE_LOST = "race_lost"  # its branch of its parent's ctx.race lost
+PARENT_CANCEL_REQUESTED = "parent_cancel_requested"  # a cancel by its parent, taken up when it next parks
+EXECUTION_TIMEOUT = "execution_timeout"
+SCHEDULE_OVERLAP = "schedule_overlap"  # its schedule's overlap policy cancel_other started the next run
 
 
 def can_transition(current: str, target: str) -> bool:
@@ -220,7 +229,9 @@ def park(claim: Claim, now: datetime, *, wake_at: datetime | None, reason: str,
             pk=claim.run.pk, cancel_requested_at__isnull=False
         ).exists():
             # The parent asked for a cancel while this child was executing: it takes effect now.
-            _close(locked_run(claim.run.pk), S.CANCELLED, now, _cancel_error("cancel requested by the parent run"))
+            child = locked_run(claim.run.pk)
+            _close(child, S.CANCELLED, now, _cancel_error("cancel requested by the parent run"),
+                   termination_reason=child.termination_reason or PARENT_CANCEL_REQUESTED)
 
 
 def finish(claim: Claim, now: datetime, status: str, *, result: bytes | None = None,
@@ -232,6 +243,7 @@ def finish(claim: Claim, now: datetime, status: str, *, result: bytes | None = N
                   failure_category=failure_category, termination_reason=termination_reason)
     run = claim.run
     run.status, run.result, run.error, run.finished_at = status, result, error, now
+    run.failure_category, run.termination_reason = failure_category, termination_reason
     _send_on_commit(FINISH_SIGNALS[status], run)
 
 
@@ -245,13 +257,16 @@ def continue_as_new(claim: Claim, now: datetime, following: Workflow) -> None:
         _lock_owners(run.schedule_id, run.parent_id)
         _fenced_write(claim, now, status=S.CONTINUED, runnable_at=None, lease_owner="", wait_reason="",
                       finished_at=now, awaiting_signals=[])
-        inbox_seq, cancel_requested_at, deadline = Workflow.objects.filter(pk=run.pk).values_list(
-            "inbox_seq", "cancel_requested_at", "execution_deadline").get()
+        inbox_seq, cancel_requested_at, cancel_reason, deadline = Workflow.objects.filter(pk=run.pk).values_list(
+            "inbox_seq", "cancel_requested_at", "termination_reason", "execution_deadline").get()
         following.inbox_seq = inbox_seq
-        # A parent's cancel request that reached the run while it executed, and its execution deadline, hold
-        # for the chain.
+        # A parent's cancel request that reached the run while it executed (and why it was made), and its
+        # execution deadline, hold for the chain.
         following.cancel_requested_at = cancel_requested_at
         following.execution_deadline = deadline
+        if cancel_reason:
+            following.termination_reason = cancel_reason
+            Workflow.objects.filter(pk=run.pk).update(termination_reason="")
         insert_run(following, delayed_until=None)
         Timer.objects.filter(run_id=run.pk, fired_at__isnull=True).delete()
         Signal.objects.filter(run_id=run.pk, consumed_at__isnull=True).update(run=following)
@@ -411,31 +426,35 @@ def _close_children(run: Workflow, now: datetime, reason: str) -> None:
     children = Workflow.objects.open().filter(parent=run).exclude(parent_close_policy=ParentClosePolicy.ABANDON)
     for child in children.select_for_update().order_by("pk"):
         if child.parent_close_policy == ParentClosePolicy.TERMINATE:
-            _close(child, S.CANCELLED, now, _cancel_error(f"terminated: {reason}"))
+            _close(child, S.CANCELLED, now, _cancel_error(f"terminated: {reason}"), termination_reason=PARENT_CLOSED)
         else:
-            _request_cancel(child, now, reason)
+            _request_cancel(child, now, reason, PARENT_CLOSED)
 
 
-def cancel_child(run_id: Any, now: datetime, reason: str, policy: str) -> None:
-    """Inside the parent's fenced commit (the parent row is locked): close a child by ``policy``."""
+def cancel_child(run_id: Any, now: datetime, reason: str, policy: str, termination_reason: str = RACE_LOST) -> None:
+    """Inside the parent's fenced commit (the parent row is locked): close a child by ``policy`` (its branch
+    lost a race)."""
     child = Workflow.objects.end_of_chain(Workflow.objects.filter(pk=run_id).first())  # it may have continued
     child = Workflow.objects.select_for_update().filter(pk=child.pk).first() if child is not None else None
     if child is None or child.is_finished:
         return
     if policy == ParentClosePolicy.TERMINATE:
-        _close(child, S.CANCELLED, now, _cancel_error(f"terminated: {reason}"))
+        _close(child, S.CANCELLED, now, _cancel_error(f"terminated: {reason}"), termination_reason=termination_reason)
     else:
-        _request_cancel(child, now, reason)
+        _request_cancel(child, now, reason, termination_reason)
 
 
-def _request_cancel(run: Workflow, now: datetime, reason: str) -> None:
+def _request_cancel(run: Workflow, now: datetime, reason: str, termination_reason: str) -> None:
     """Cancel ``run`` (locked) unless an executor is in the middle of it; then it is cancelled when it
-    next parks or is claimed, after the steps it is running commit."""
+    next parks or is claimed, after the steps it is running commit. Until then its termination_reason
+    says why it will be."""
     if run.status == S.RUNNING:
-        Workflow.objects.filter(pk=run.pk).update(cancel_requested_at=now, updated_at=now)
-        run.cancel_requested_at = now
+        Workflow.objects.filter(pk=run.pk).update(cancel_requested_at=now, termination_reason=termination_reason,
+                                                  updated_at=now)
+        run.cancel_requested_at, run.termination_reason = now, termination_reason
     else:
-        _close(run, S.CANCELLED, now, _cancel_error(f"cancel requested: {reason}"))
+        _close(run, S.CANCELLED, now, _cancel_error(f"cancel requested: {reason}"),
+               termination_reason=termination_reason)
 
 
 def check_transition(run: Workflow, target: str) -> None:
@@ -445,24 +464,28 @@ def check_transition(run: Workflow, target: str) -> None:
         )
 
 
-def _close(run: Workflow, status: str, now: datetime, error: dict) -> None:
+def _close(run: Workflow, status: str, now: datetime, error: dict, *, termination_reason: str) -> None:
+    """End ``run`` (locked) from outside its executor: cancelled, or timed out."""
+    category = FailureCategory.CANCELLATION if status == S.CANCELLED else FailureCategory.TIMEOUT
     Workflow.objects.filter(pk=run.pk).update(
         status=status, fence=F("fence") + 1, runnable_at=None, lease_owner="", wait_reason="",
-        finished_at=now, updated_at=now, error=error,
+        finished_at=now, updated_at=now, error=error, failure_category=category,
+        termination_reason=termination_reason,
     )
     Timer.objects.filter(run=run, fired_at__isnull=True).delete()
     run.status, run.finished_at, run.error, run.fence = status, now, error, run.fence + 1
+    run.failure_category, run.termination_reason = category, termination_reason
     _after_close(run, now)
     _send_on_commit(FINISH_SIGNALS[status], run)
 
 
-def cancel(run_id: Any, now: datetime, reason: str = "") -> bool:
+def cancel(run_id: Any, now: datetime, reason: str = "", *, termination_reason: str = CANCEL_REQUESTED) -> bool:
     """Cancel a run wherever it is; an executor holding it loses it. False if it had already finished."""
     with transaction.atomic():
         run = locked_with_owners(run_id)
         if run.is_finished:
             return False
-        _close(run, S.CANCELLED, now, _cancel_error(reason))
+        _close(run, S.CANCELLED, now, _cancel_error(reason), termination_reason=termination_reason)
     return True
 
 
@@ -474,5 +497,5 @@ def time_out(run_id: Any, now: datetime) -> bool:
         _close(run, S.TIMED_OUT, now, {
             "type": "TimedOut",
             "message": f"execution timeout reached at {run.execution_deadline.isoformat()}",
-        })
+        }, termination_reason=EXECUTION_TIMEOUT)
     return True

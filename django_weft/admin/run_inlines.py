@@ -43,8 +43,8 @@ class WorkflowStepInline(ReadOnlyInline):
     model = WorkflowStep
     verbose_name = _("journal step")
     verbose_name_plural = _("journal (timeline)")
-    fields = ("seq", "kind", "name", "status_badge", "attempt", "started_at", "duration", "result_preview",
-              "error_message")
+    fields = ("seq", "kind", "name", "status_badge", "failure_category", "attempt", "started_at", "duration",
+              "result_preview", "error_message")
     readonly_fields = fields
     ordering = ("seq",)
 

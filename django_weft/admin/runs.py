@@ -134,7 +134,7 @@ class WorkflowAdmin(OperationsMixin, ReadOnlyMixin, admin.ModelAdmin):
     operations = RUN_OPERATIONS
     list_display = ("workflow_id", "workflow_type", "version", "status_badge", "started_at", "updated_at",
                     "duration", "schedule_link")
-    list_filter = ("status", WorkflowTypeFilter, "schedule", "created_at")
+    list_filter = ("status", "failure_category", WorkflowTypeFilter, "schedule", "created_at")
     search_fields = ("=workflow_id", "=run_id", "=idempotency_key")
     show_full_result_count = False  # no COUNT(*) over the whole table
     paginator = BoundedPaginator  # nor over a filter's matches: counted up to a cap

@@ -314,9 +314,12 @@ def make_bar(step: WorkflowStep, span: Span, lane: int, origin: datetime, total:
              role: str, notes: list[str], *, ongoing: bool) -> Bar:
     """``ongoing``: the run is open, so an unfinished step's length is "so far"."""
     length = human_duration(span.end - span.start)
+    status_label = str(step.get_status_display())
+    if step.status == StepStatus.FAILED and step.failure_category:  # "Failed (Timeout)"
+        status_label = f"{status_label} ({step.get_failure_category_display()})"
     return Bar(
         seq=step.seq, kind=step.kind, kind_label=str(step.get_kind_display()), name=step.name,
-        status=step.status, status_label=str(step.get_status_display()), lane=lane + 1,
+        status=step.status, status_label=status_label, lane=lane + 1,
         left=percent(span.start - origin, total), width=percent(span.end - span.start, total),
         offset=offset_label(span.start - origin),
         length=_t("%(length)s so far") % {"length": length} if span.open and ongoing else length,

@@ -8,6 +8,17 @@ from __future__ import annotations
 import traceback
 from typing import Any
 
+from ..choices import FailureCategory, RunStatus
+from ..exceptions import (
+    ActivityCancelled,
+    ActivityError,
+    ActivityTimeout,
+    BranchCancelled,
+    ChildWorkflowFailed,
+    NonDeterminismError,
+    PayloadTooLarge,
+    WaitTimeout,
+)
 from ..storable import storable_json, storable_text
 
 
@@ -52,11 +63,14 @@ MAX_TRACEBACK_CHARS = 8000
 MAX_MESSAGE_CHARS = 4000
 
 
+def _type_name(kind: type[BaseException]) -> str:
+    return kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+
+
 def error_dict(exc: BaseException, **extra: Any) -> dict[str, Any]:
     """A description of an exception that every database can store (see :mod:`django_weft.storable`),
     kept on steps and runs."""
-    kind = type(exc)
-    name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+    name = _type_name(type(exc))
     try:
         message = str(exc)
     except Exception as broken:  # an exception whose __str__ raises must still be recordable
@@ -72,6 +86,57 @@ def error_dict(exc: BaseException, **extra: Any) -> dict[str, Any]:
         "traceback": storable_text(text)[-MAX_TRACEBACK_CHARS:],
         **storable_json(extra),
     }
+
+
+# What is not the application's own failure, by exception class (the first match wins) and by the type a
+# recorded error names (error_dict's, or the engine's own short names).
+_CATEGORIES: tuple[tuple[type[BaseException], str], ...] = (
+    (ActivityTimeout, FailureCategory.TIMEOUT),
+    (WaitTimeout, FailureCategory.TIMEOUT),
+    (ActivityCancelled, FailureCategory.CANCELLATION),
+    (BranchCancelled, FailureCategory.CANCELLATION),
+    (NonDeterminismError, FailureCategory.SYSTEM),
+    (PayloadTooLarge, FailureCategory.RESOURCE),
+)
+_CATEGORY_OF_TYPE: dict[str, str] = {
+    **{_type_name(kind): category for kind, category in _CATEGORIES},
+    "WaitTimeout": FailureCategory.TIMEOUT,
+    "BranchCancelled": FailureCategory.CANCELLATION,
+}
+_CATEGORY_OF_STATUS: dict[str, str] = {
+    RunStatus.CANCELLED: FailureCategory.CANCELLATION,
+    RunStatus.TIMED_OUT: FailureCategory.TIMEOUT,
+}
+
+
+def error_category(error: dict | None) -> str:
+    """The failure category (a FailureCategory value) of a recorded error: a failed step's."""
+    return _CATEGORY_OF_TYPE.get(str((error or {}).get("type")), FailureCategory.APPLICATION)
+
+
+def failure_category_of(exc: BaseException) -> str:
+    """The failure category of what ``exc`` fails (a run the workflow let it through): an activity's
+    failure is its last attempt's, a child's is the child's."""
+    if isinstance(exc, ActivityError):
+        return _CATEGORY_OF_TYPE.get(exc.error_type, FailureCategory.APPLICATION)
+    if isinstance(exc, ChildWorkflowFailed):
+        return child_category(exc.failure_category, exc.status)
+    return next((category for kind, category in _CATEGORIES if isinstance(exc, kind)), FailureCategory.APPLICATION)
+
+
+def child_category(recorded: str, status: str) -> str:
+    """A failed child's category, from what its run recorded (or, for a run that recorded none, its status)."""
+    return recorded or _CATEGORY_OF_STATUS.get(status, FailureCategory.APPLICATION)
+
+
+def termination_reason_of(exc: BaseException) -> str:
+    """Why the engine ended a run that ``exc`` fails, where the engine ended it; "" for the workflow's own
+    failures."""
+    if isinstance(exc, NonDeterminismError):
+        return "non_determinism"
+    if isinstance(exc, PayloadTooLarge):
+        return "payload_too_large"
+    return ""
 
 
 def refused_by_database(exc: BaseException, what: str, **extra: Any) -> dict[str, Any]:

@@ -22,8 +22,10 @@ from .errors import (
     StopExecution,
     Suspend,
     error_dict,
+    failure_category_of,
     is_transient,
     refused_by_database,
+    termination_reason_of,
 )
 
 logger = logging.getLogger("django_weft.executor")
@@ -41,6 +43,9 @@ COMPLETED, FAILED, CANCELLED, WAITING, RELEASED, LOST, TIMED_OUT, CONTINUED = (
     "completed", "failed", "cancelled", "waiting", "released", "lost", "timed_out", "continued",
 )
 
+# termination_reason of a run failed because the database refused to store a step or its outcome.
+DATABASE_REFUSED = "database_refused"
+
 # weft_maintenance warns about a run whose journal holds this share of WEFT_MAX_HISTORY.
 HISTORY_WARNING = 0.8
 
@@ -53,7 +58,9 @@ def execute(claim: transitions.Claim, should_stop: Callable[[], bool] = lambda: 
         return TIMED_OUT if transitions.time_out(run.pk, now) else LOST
     if run.cancel_requested_at is not None:
         return _finish(claim, transitions.S.CANCELLED,
-                       error={"type": "Cancelled", "message": "cancel requested by the parent run"})
+                       error={"type": "Cancelled", "message": "cancel requested by the parent run"},
+                       failure_category=FailureCategory.CANCELLATION,
+                       termination_reason=run.termination_reason or transitions.PARENT_CANCEL_REQUESTED)
     try:
         definition = get_workflow(run.workflow_type, version=run.version)
     except WorkflowNotRegistered as exc:
@@ -97,8 +104,9 @@ def execute(claim: transitions.Claim, should_stop: Callable[[], bool] = lambda: 
         return _finish(claim, transitions.S.TIMED_OUT, error={"type": "HistoryLimit", "message": message},
                        failure_category=FailureCategory.TIMEOUT, termination_reason="history_limit")
     except StopExecution as stop:
-        if stop.fail_with is not None:
-            return _finish(claim, transitions.S.FAILED, error=stop.fail_with)
+        if stop.fail_with is not None:  # the database refused to store a step
+            return _finish(claim, transitions.S.FAILED, error=stop.fail_with, failure_category=FailureCategory.RESOURCE,
+                           termination_reason=DATABASE_REFUSED)
         if stop.release:
             transitions.release(claim, clock.now())
             return RELEASED
@@ -108,7 +116,8 @@ def execute(claim: transitions.Claim, should_stop: Callable[[], bool] = lambda: 
         # an operator's retry runs again even when later branches settled after it.
         error = error_dict(exc, **({"step": exc.seq} if isinstance(exc, ActivityError) and exc.seq else {}))
         logger.error("run %s of %s failed: %s: %s", run.pk, run.workflow_type, error["type"], error["message"])
-        return _finish(claim, transitions.S.FAILED, error=error)
+        return _finish(claim, transitions.S.FAILED, error=error, failure_category=failure_category_of(exc),
+                       termination_reason=termination_reason_of(exc))
     finally:
         ctx.close_branches()
     return _finish(claim, transitions.S.COMPLETED, result=result)
@@ -127,7 +136,7 @@ def _count_recovery(claim: transitions.Claim, progress: int) -> str | None:
         logger.error("run %s of %s failed: %s", run.pk, run.workflow_type, message)
         return _finish(claim, transitions.S.FAILED, error={"type": "RecoveryLimit", "message": message,
                                                            "step": progress + 1},
-                       failure_category=FailureCategory.SYSTEM)
+                       failure_category=FailureCategory.SYSTEM, termination_reason="recovery_limit")
     try:
         transitions.note_recovery(claim, clock.now(), recoveries, progress)
     except FencingError:
@@ -173,7 +182,8 @@ def _finish(claim: transitions.Claim, status: str, *, result: bytes | None = Non
                      claim.run.pk, status, type(exc).__name__, exc)
         try:
             transitions.finish(claim, clock.now(), transitions.S.FAILED,
-                               error=refused_by_database(exc, f"the run's {status} outcome"))
+                               error=refused_by_database(exc, f"the run's {status} outcome"),
+                               failure_category=FailureCategory.RESOURCE, termination_reason=DATABASE_REFUSED)
         except FencingError:
             return LOST
         return FAILED

@@ -12,6 +12,7 @@ from ... import clock, journal
 from ...activities import ActivityDefinition
 from ...exceptions import ActivityError
 from ...models import StepKind, StepStatus, Timer, TimerPurpose, WorkflowStep
+from ..errors import error_category
 from .core import ReplayCore
 
 logger = logging.getLogger("django_weft.executor")
@@ -31,7 +32,7 @@ class AttemptOps(ReplayCore):
         if wake_at is None:
             self._log_attempt_failed(definition, attempt, error, "giving up: ActivityError is raised in the workflow")
             failed = self._step(seq, StepKind.ACTIVITY, definition.name, StepStatus.FAILED, attempt=attempt,
-                                error=error, started=started, finished=now)
+                                error=error, started=started, finished=now, failure_category=error_category(error))
             self._defer(self._record(failed, step))
             raise self._activity_error(definition.name, error, attempt, seq) from cause
         self._log_attempt_failed(definition, attempt, error, f"retrying at {wake_at.isoformat(timespec='seconds')}")

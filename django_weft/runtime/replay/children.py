@@ -15,6 +15,7 @@ from ...exceptions import ChildWorkflowFailed, InvalidArgument, WorkflowAlreadyE
 from ...models import ParentClosePolicy, RunStatus, StepKind, StepStatus, Workflow
 from ...registry import get_workflow
 from ...starts import prepare_run
+from ..errors import child_category
 from .core import ReplayCore
 from .pending import Pending
 
@@ -56,7 +57,7 @@ class ChildHandle(Pending[Any]):
         if step.status == StepStatus.COMPLETED:
             self._settle(value=decode(step.result))
         elif step.status == StepStatus.FAILED:
-            self._settle(error=_child_failed(self, step.error or {}))
+            self._settle(error=_child_failed(self, step.error or {}, step.failure_category))
         elif not self._settle_from_row(step):
             ctx._started(self)
 
@@ -78,8 +79,9 @@ class ChildHandle(Pending[Any]):
             self._settle(value=decode(run.result))
             return
         error = {**(run.error or {}), "status": run.status}
-        self._write_row(StepStatus.FAILED, error=error)
-        self._settle(error=_child_failed(self, error))
+        category = child_category(run.failure_category, run.status)
+        self._write_row(StepStatus.FAILED, error=error, failure_category=category)
+        self._settle(error=_child_failed(self, error, category))
 
     def park_writes(self) -> list[journal.JournalWrite]:
         if self._row is None and not self._settled:
@@ -95,11 +97,12 @@ class ChildHandle(Pending[Any]):
         super().cancel(reason)
 
 
-def _child_failed(child: ChildHandle, error: dict) -> ChildWorkflowFailed:
+def _child_failed(child: ChildHandle, error: dict, category: str) -> ChildWorkflowFailed:
     status = error.get("status", "failed")
     return ChildWorkflowFailed(
         f"child workflow {child.workflow_id!r} {status}: {error.get('type')}: {error.get('message')}",
         workflow_id=child.workflow_id, run_id=child.run_id, status=status, error=error,
+        failure_category=child_category(category, status),
     )
 
 

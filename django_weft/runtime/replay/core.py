@@ -170,10 +170,10 @@ class ReplayCore:
 
     def _step(self, seq: int, kind: str, name: str, status: str, *, attempt: int = 1,
               result: bytes | memoryview | None = None, error: dict | None = None, started: datetime,
-              finished: datetime | None) -> WorkflowStep:
+              finished: datetime | None, failure_category: str = "") -> WorkflowStep:
         return WorkflowStep(
             run_id=self.run_id, seq=seq, kind=kind, name=name[:255], status=status, attempt=attempt,
-            result=result, error=error, started_at=started, finished_at=finished,
+            result=result, error=error, started_at=started, finished_at=finished, failure_category=failure_category,
         )
 
     def _record(self, step: WorkflowStep, existing: WorkflowStep | None) -> journal.JournalWrite:

@@ -18,10 +18,10 @@ from ...activities import ActivityDefinition, ActivityInfo, body_of
 from ...codec import decode, encode
 from ...exceptions import ActivityTimeout, BranchCancelled, NonDeterminismError, PayloadError, WaitTimeout
 from ...heartbeats import AttemptControl
-from ...models import AsyncActivity, AsyncStatus, StepStatus, Timer, TimerPurpose, WorkflowStep
+from ...models import AsyncActivity, AsyncStatus, FailureCategory, StepStatus, Timer, TimerPurpose, WorkflowStep
 from ...tokens import make_task_token
 from ..attempt_pool import AttemptJob, Outcome
-from ..errors import error_dict
+from ..errors import error_category, error_dict
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
@@ -111,7 +111,8 @@ class Pending(Generic[T]):
     def cancel(self, reason: str) -> None:
         """The branch lost a race: stop it, record it as cancelled; nothing it produces is used."""
         self.abandon(reason)
-        self._write_row(StepStatus.CANCELLED, error={"type": "BranchCancelled", "message": reason})
+        self._write_row(StepStatus.CANCELLED, error={"type": "BranchCancelled", "message": reason},
+                        failure_category=FailureCategory.CANCELLATION)
         self._settle(error=BranchCancelled(f"step {self.seq} ({self._kind} {self._name!r}) was cancelled: {reason}"))
 
     def abandon(self, reason: str) -> None:
@@ -130,7 +131,7 @@ class Pending(Generic[T]):
         return False
 
     def _write_row(self, status: str, *, attempt: int = 1, result: bytes | memoryview | None = None,
-                   error: dict | None = None,
+                   error: dict | None = None, failure_category: str = "",
                    finished: bool = True) -> None:
         """Record the branch's row as it is now. A row whose insert is still deferred (it has no pk) is
         written as it is at commit time, so it is changed in place."""
@@ -138,11 +139,12 @@ class Pending(Generic[T]):
         row = self._row
         if row is not None and row.pk is None:
             row.status, row.attempt, row.result, row.error = status, attempt, result, error
+            row.failure_category = failure_category
             row.finished_at = now if finished else None
             return
         ctx = self._ctx
         new = ctx._step(self.seq, self._kind, self._name, status, attempt=attempt, result=result, error=error,
-                        started=self._started, finished=now if finished else None)
+                        started=self._started, finished=now if finished else None, failure_category=failure_category)
         ctx._defer(ctx._record(new, row))
         self._row = new
 
@@ -316,7 +318,7 @@ class ActivityBranch(Pending[T]):
         wake_at, error = ctx._retry_at(definition, attempt, self._started, error, retryable, now)
         if wake_at is None:
             ctx._log_attempt_failed(definition, attempt, error, "giving up: ActivityError is raised in the workflow")
-            self._write_row(StepStatus.FAILED, attempt=attempt, error=error)
+            self._write_row(StepStatus.FAILED, attempt=attempt, error=error, failure_category=error_category(error))
             failure = ctx._activity_error(definition.name, error, attempt, self.seq)
             failure.__cause__ = cause
             self._settle(error=failure)
@@ -349,7 +351,8 @@ class ActivityBranch(Pending[T]):
         self._async_wait = False
         self.abandon(reason)
         self._write_row(StepStatus.CANCELLED, attempt=self._attempt,
-                        error={"type": "BranchCancelled", "message": reason})
+                        error={"type": "BranchCancelled", "message": reason},
+                        failure_category=FailureCategory.CANCELLATION)
         self._settle(error=BranchCancelled(f"activity {self._name!r} (step {self.seq}) was cancelled: {reason}"))
 
 

@@ -14,7 +14,7 @@ from ... import clock, journal
 from ...codec import decode, encode
 from ...durations import to_seconds
 from ...exceptions import InvalidArgument, WaitTimeout
-from ...models import Signal, StepKind, StepStatus, Timer, TimerPurpose, WorkflowStep
+from ...models import FailureCategory, Signal, StepKind, StepStatus, Timer, TimerPurpose, WorkflowStep
 from ...storable import check_text
 from .core import ReplayCore
 
@@ -109,6 +109,6 @@ class Signals(ReplayCore):
             self._defer(journal.FireTimer(timer.pk, now))
         self._defer(self._record(self._step(
             seq, StepKind.SIGNAL, label, StepStatus.FAILED, error={"type": "WaitTimeout", "message": message},
-            started=started, finished=now,
+            started=started, finished=now, failure_category=FailureCategory.TIMEOUT,
         ), step))
         raise WaitTimeout(message)
