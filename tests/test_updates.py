@@ -227,3 +227,13 @@ def test_a_repeated_update_id_gets_its_reply_even_after_the_run_finished(weft_en
     assert handle.update("add_item", "A1", update_id="first") == 1  # a client's late retry
     with pytest.raises(weft.WorkflowClosed):
         handle.update("add_item", "A1", update_id="new")
+
+
+def test_a_failed_update_step_has_the_application_failure_category(weft_env):
+    handle = weft.start("updates.cart", "oz")
+    weft_env.drive()
+    handle.update("add_item", "A1")
+    with pytest.raises(weft.UpdateFailed):
+        handle.update("add_item", "A1")
+    failed = WorkflowStep.objects.get(run_id=handle.run_id, kind=StepKind.UPDATE, status="failed")
+    assert failed.failure_category == "application"

@@ -32,7 +32,7 @@ from ...models import (
     WorkflowStep,
     WorkflowUpdate,
 )
-from ..errors import HistoryLimitReached, error_dict
+from ..errors import HistoryLimitReached, error_category, error_dict
 from .handlers import Handlers
 from .signals import Signals
 
@@ -161,7 +161,8 @@ class Inbox(Signals, Handlers):
         # The row keeps the payload (a replay applies it again from the journal alone) and the reply.
         row = encode({"payload": payload, "reply": None if reply is None else decode(reply)})
         self._defer(self._record(self._step(seq, StepKind.UPDATE, update.name, status, result=row, error=error,
-                                            started=now, finished=now), None))
+                                            started=now, finished=now, failure_category=error_category(error) if
+                                            error else ""), None))
         self._defer(journal.ApplyUpdate(update.pk, UpdateStatus.FAILED if error else UpdateStatus.COMPLETED, seq,
                                         reply, error, now))
         self._applied_now = self._applied_now | {update.pk}
