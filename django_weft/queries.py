@@ -7,19 +7,37 @@ same for waiting, running and finished runs.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from .codec import decode, encode
 from .exceptions import PayloadError, QueryFailed, QueryNotFound
 from .models import Timer, Workflow, WorkflowStep
 from .replay_check import replay_dry
+from .runtime.context import Context
 
 
 def query(run: Workflow, name: str, args: tuple) -> Any:
     """The answer of ``run``'s query handler ``name`` to ``args``."""
-    steps = WorkflowStep.objects.filter(run=run)
-    timers = Timer.objects.filter(run=run, fired_at__isnull=True, seq__isnull=False)
-    ctx, _ = replay_dry(run, steps, timers)  # a run that failed still answers with the state it had
+    ctx, _ = replay(run)  # a run that failed still answers with the state it had
+    return answer(run, ctx, name, args)
+
+
+def replay(run: Workflow, steps: Iterable[WorkflowStep] | None = None,
+           timers: Iterable[Timer] | None = None) -> tuple[Context, BaseException | None]:
+    """``run``'s state rebuilt from its journal (a dry replay) and what stopped the replay early, if anything.
+    ``steps`` and ``timers``: all the run's steps and timers, where the caller loaded them already."""
+    if steps is None:
+        steps = WorkflowStep.objects.filter(run=run)
+    if timers is None:
+        timers = Timer.objects.filter(run=run, fired_at__isnull=True, seq__isnull=False)
+    else:
+        timers = [timer for timer in timers if timer.fired_at is None and timer.seq is not None]
+    return replay_dry(run, steps, timers)
+
+
+def answer(run: Workflow, ctx: Context, name: str, args: tuple) -> Any:
+    """The answer of query handler ``name`` to ``args``, from ``ctx``, the context a dry replay of ``run`` built."""
     handlers = ctx._query_handlers
     handler = handlers.get(name)
     if handler is None:

@@ -265,3 +265,37 @@ def test_markup_in_an_input_is_shown_as_text(admin: Browser) -> None:
     assert page.locator("pre script, td script, .readonly script").count() == 0
     assert admin.dialogs == []
     admin.shot("markup-as-text")
+
+
+def test_query_a_run_and_send_it_an_update(admin: Browser) -> None:
+    handle = parked("updates.cart", "e2e-cart", "e2e-cart")
+    page = admin.page
+    admin.goto(run_path(handle.run_id))
+    panel = page.locator("#weft-queries")
+    expect(panel.locator("tr[data-query=items]")).to_be_visible()
+    expect(panel).to_contain_text("add_item")
+
+    # The panel's own GET form, not the page's POST form: the answer shows on the run's page.
+    panel.get_by_role("button", name="Ask").click()
+    expect(page).to_have_url(re.compile(r"weft_query=items.*#weft-queries$"))
+    expect(panel.locator("pre.weft-query-answer")).to_have_text("[]")
+
+    page.locator("a.weft-update").click()
+    expect(page).to_have_url(re.compile(re.escape(run_path(handle.run_id, "update"))))
+    page.fill("#id_name", "add_item")
+    page.fill("#id_payload", json.dumps("A1"))
+    page.fill("#id_update_id", "e2e-upd-1")
+    admin.shot("update-form")
+    page.get_by_role("button", name="Send update").click()
+    expect(page).to_have_url(re.compile(re.escape(run_path(handle.run_id)) + "$"))
+    assert "Update 'add_item' accepted with id 'e2e-upd-1'" in admin.messages()
+    updates = page.locator(".inline-group").filter(has_text="e2e-upd-1")
+    expect(updates).to_contain_text("Pending")
+
+    weft.run_maintenance()  # the run applies it
+    page.reload()
+    expect(updates).to_contain_text("Completed")
+    page.locator("#weft-queries").get_by_role("button", name="Ask").click()
+    expect(page.locator("pre.weft-query-answer")).to_have_text("['A1']")
+    admin.shot("query-answered")
+    assert handle.status == "waiting"

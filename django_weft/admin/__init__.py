@@ -1,5 +1,5 @@
-"""django_weft's admin: runs (browse, cancel, retry, suspend, resume, purge, signal, complete async
-activities), schedules (create, edit, pause, resume, trigger, cancel) and executors (read-only: the
+"""django_weft's admin: runs (browse, cancel, retry, suspend, resume, purge, signal, query, update, complete
+async activities), schedules (create, edit, pause, resume, trigger, cancel) and executors (read-only: the
 processes alive now)."""
 
 from .executors import ExecutorAdmin

@@ -55,6 +55,11 @@ def pretty(data: bytes | memoryview | None) -> str:
         value = decode(data)
     except Exception as exc:  # a payload this version cannot read is shown, not fatal
         return f"<undecodable payload: {exc}>"
+    return pretty_value(value)
+
+
+def pretty_value(value: object) -> str:
+    """A decoded value as text (plain text: render it escaped, e.g. with :func:`pre`)."""
     return pprint.pformat(value, width=100, sort_dicts=False)
 
 

@@ -1,14 +1,17 @@
-"""Admin forms: send a signal, resolve an async activity, create or edit a schedule."""
+"""Admin forms: send a signal or an update, resolve an async activity, create or edit a schedule."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
 from django import forms
 from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 
 from ..codec import decode, encode
@@ -28,6 +31,40 @@ class SignalForm(forms.Form):
                               help_text=_("Any JSON value; leave empty for null."))
     signal_id = forms.CharField(label=_("signal id"), max_length=128, required=False,
                                 help_text=_("Optional deduplication id: a repeat with the same id is stored once."))
+
+
+class SuggestingTextInput(forms.TextInput):
+    """A text input with the browser's suggestions (a ``<datalist>``): any text goes, known values are offered."""
+
+    def __init__(self, *args: Any, list_id: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.list_id = list_id
+        self.suggestions: list[str] = []
+
+    def render(self, name: str, value: Any, attrs: dict[str, Any] | None = None, renderer: Any = None) -> SafeString:
+        if not self.suggestions:
+            return super().render(name, value, attrs, renderer)
+        html = super().render(name, value, {**(attrs or {}), "list": self.list_id}, renderer)
+        options = format_html_join("", "<option value=\"{}\">", ((s,) for s in self.suggestions))
+        return format_html("{}<datalist id=\"{}\">{}</datalist>", html, self.list_id, options)
+
+
+class UpdateForm(forms.Form):
+    name = forms.CharField(label=_("update name"), max_length=255,
+                           widget=SuggestingTextInput(list_id="weft-update-names"))
+    payload = forms.JSONField(label=_("payload (JSON)"), required=False,
+                              widget=forms.Textarea(attrs={"rows": 6, "cols": 80}),
+                              help_text=_("Any JSON value, passed to the handler; null (or nothing) calls it "
+                                          "without an argument."))
+    update_id = forms.CharField(label=_("update id"), max_length=128, required=False,
+                                help_text=_("Optional: a repeat with the same id is the same update, applied once "
+                                            "(a new id is made when empty)."))
+
+    def __init__(self, *args: Any, suggestions: Sequence[str] = (), **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        widget = self.fields["name"].widget
+        assert isinstance(widget, SuggestingTextInput)
+        widget.suggestions = list(suggestions)
 
 
 class AsyncCompletionForm(forms.Form):

@@ -1,4 +1,5 @@
-"""The run admin: browse runs and their journals; cancel, retry, suspend, resume, purge, signal, complete."""
+"""The run admin: browse runs and their journals; cancel, retry, suspend, resume, purge, signal, query, update,
+complete."""
 
 from __future__ import annotations
 
@@ -50,6 +51,7 @@ from .run_inlines import (
     hidden_token,
     may_complete_async,
 )
+from .talk import UpdateInline, send_update_view, talk_panel
 from .timeline import build_timeline, journal_rows
 
 if TYPE_CHECKING:
@@ -141,7 +143,7 @@ class WorkflowAdmin(OperationsMixin, ReadOnlyMixin, admin.ModelAdmin):
     list_per_page = 50
     list_select_related = ("schedule",)
     actions = ("cancel_selected", "retry_selected", "suspend_selected", "resume_selected", "purge_selected")
-    inlines = (WorkflowStepInline, SignalInline, AsyncActivityInline, TimerInline)
+    inlines = (WorkflowStepInline, SignalInline, UpdateInline, AsyncActivityInline, TimerInline)
     change_list_template = "admin/django_weft/workflow/change_list.html"
     change_form_template = "admin/django_weft/workflow/change_form.html"
 
@@ -241,6 +243,8 @@ class WorkflowAdmin(OperationsMixin, ReadOnlyMixin, admin.ModelAdmin):
             if self.has_signal_permission(request) and not run.is_finished:
                 buttons.append({"label": _("Send signal"), "name": "signal",
                                 "url": reverse("admin:django_weft_workflow_signal", args=[run.pk])})
+                buttons.append({"label": _("Send update"), "name": "update",
+                                "url": reverse("admin:django_weft_workflow_update", args=[run.pk])})
             if (self.has_complete_async_permission(request) and not run.is_finished
                     and AsyncActivity.objects.filter(run=run, status=AsyncStatus.PENDING).exists()):
                 buttons.append({"label": _("Complete or fail async activity"), "name": "async",
@@ -252,6 +256,9 @@ class WorkflowAdmin(OperationsMixin, ReadOnlyMixin, admin.ModelAdmin):
                            change: bool = False, form_url: str = "", obj: Workflow | None = None) -> HttpResponse:
         if obj is not None:  # the branch timeline, from the rows the journal inline loaded
             context["weft_timeline"] = build_timeline(obj, journal_rows(context, obj))
+            # The Queries panel (read-only: whoever may view the run), and links to send updates.
+            context["weft_talk"] = talk_panel(request, obj, context, may_send=self.has_signal_permission(request)
+                                              and not obj.is_finished)
         return super().render_change_form(request, context, add, change, form_url, obj)
 
     # --- actions ----------------------------------------------------------------------------------
@@ -276,7 +283,7 @@ class WorkflowAdmin(OperationsMixin, ReadOnlyMixin, admin.ModelAdmin):
     def purge_selected(self, request: HttpRequest, queryset: QuerySet) -> HttpResponse | None:
         return self.run_operation(request, queryset, "purge")
 
-    # --- signal and async completion forms -------------------------------------------------------
+    # --- signal, update and async completion forms ------------------------------------------------
 
     def get_urls(self) -> list:
         return [
@@ -284,6 +291,8 @@ class WorkflowAdmin(OperationsMixin, ReadOnlyMixin, admin.ModelAdmin):
                  name="django_weft_workflow_signal"),
             path("<path:object_id>/async/", self.admin_site.admin_view(self.async_view),
                  name="django_weft_workflow_async"),
+            path("<path:object_id>/update/", self.admin_site.admin_view(self.update_view),
+                 name="django_weft_workflow_update"),
             *super().get_urls(),
         ]
 
@@ -327,6 +336,9 @@ class WorkflowAdmin(OperationsMixin, ReadOnlyMixin, admin.ModelAdmin):
                 return self._back(run)
         return self._form_page(request, run, form, _t("Send a signal to %(run)s") % {"run": run.workflow_id},
                                {"submit_label": _t("Send signal")})
+
+    def update_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        return send_update_view(self, request, object_id)
 
     def async_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         run = self._run_for_form(request, object_id, allowed=self.has_complete_async_permission(request))
