@@ -194,6 +194,9 @@ class WorkflowHandle:
         if the handler raised (the run goes on), WorkflowClosed if the run finished, TimeoutError after
         ``timeout`` seconds (the update still applies). ``update_id`` makes a repeat the same update (its
         reply is returned again) for the life of the run."""
+        from .updates import check_timeout
+
+        check_timeout(timeout)  # before anything is stored
         return self.start_update(name, payload, update_id=update_id, _waiting=True).result(timeout)
 
     def start_update(self, name: str, payload: Any = None, *, update_id: str | None = None,

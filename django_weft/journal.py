@@ -80,7 +80,7 @@ class ApplyUpdate:
 
     update_pk: int
     status: str
-    seq: int
+    seq: int | None  # None: failed without being applied (the code had no handler for it)
     result: bytes | None
     error: dict | None
     at: datetime

@@ -119,6 +119,9 @@ def purge_finished(now: datetime) -> int:
                 break
     purge_history(now)
     liveness.dead_executors(now).delete()
+    # Updates a run did not apply before it ended on a path that does not look at them (the executor's fast
+    # completion of a run whose last execution registered no update handler): their callers are told.
+    transitions.fail_updates_of_closed_runs(now)
     return purged
 
 

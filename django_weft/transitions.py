@@ -409,16 +409,27 @@ def _after_close(run: Workflow, now: datetime) -> None:
             hook(run, now)
 
 
-def fail_pending_updates(run: Workflow, now: datetime) -> None:
+def fail_updates_of_closed_runs(now: datetime) -> int:
+    """Fail the pending updates of runs that have ended (see fail_pending_updates); how many."""
+    failed = 0
+    closed = WorkflowUpdate.objects.filter(status=UpdateStatus.PENDING, run__status__in=S.terminal_values())
+    for run in Workflow.objects.filter(pk__in=closed.values("run_id")[:500]).only("pk", "status"):
+        with transaction.atomic():
+            failed += fail_pending_updates(run, now)
+    return failed
+
+
+def fail_pending_updates(run: Workflow, now: datetime) -> int:
     """The run closed: updates it accepted and did not apply fail, and their callers are told."""
     pending = list(WorkflowUpdate.objects.filter(run=run, status=UpdateStatus.PENDING).values_list("pk", flat=True))
     if not pending:
-        return
+        return 0
     error = {"type": "WorkflowClosed", "message": f"the run ended ({run.status}) before it applied the update"}
     WorkflowUpdate.objects.filter(pk__in=pending, status=UpdateStatus.PENDING).update(
         status=UpdateStatus.FAILED, error=error, finished_at=now)
     for pk in pending:
         wakeups.update_settled(pk)
+    return len(pending)
 
 
 def _close_children(run: Workflow, now: datetime, reason: str) -> None:

@@ -55,10 +55,12 @@ class UpdateHandle:
         Raises UpdateFailed if the handler raised (the run goes on) or the run ended before applying it,
         and TimeoutError if ``timeout`` seconds pass first (the update stays accepted and is applied later;
         ``start_update`` with the same ``update_id`` returns this update again)."""
-        seconds = None if timeout is None else to_seconds(timeout, "timeout", allow_zero=True)
+        seconds = check_timeout(timeout)
         deadline = None if seconds is None else time.monotonic() + seconds
         driver = client.driver_here()  # inside the test environment: it moves the run on, whatever the timeout
-        alias = router.db_for_read(WorkflowUpdate)
+        if driver is None:
+            refuse_waiting_in_transaction("UpdateHandle.result()")
+        alias = router.db_for_write(WorkflowUpdate)  # where the executor's NOTIFY is sent
         with _ReplyListener(alias, self._pk) as listener:
             delay = 0.005
             while True:
@@ -173,32 +175,55 @@ def validate(run: Workflow, name: str, payload: Any, *, fresh: bool = False) -> 
                              f"{type(exc).__name__}: {exc}", name=name, registered=handlers) from exc
 
 
+def check_timeout(timeout: float | timedelta | None) -> float | None:
+    return None if timeout is None else to_seconds(timeout, "timeout", allow_zero=True)
+
+
+def refuse_waiting_in_transaction(what: str) -> None:
+    """Waiting for a reply inside a transaction cannot work: the run does not see an update this transaction
+    stored (and, on MySQL, the transaction would not see the reply)."""
+    if connections[router.db_for_write(Workflow)].in_atomic_block:
+        raise InvalidArgument(
+            f"{what} waits for the run to apply the update, which cannot happen inside this transaction: call it "
+            "outside transaction.atomic() (with ATOMIC_REQUESTS, mark the view @transaction.non_atomic_requests), "
+            "or call start_update() and wait for its result() after the commit")
+
+
+def existing_update(run: Workflow, name: str, update_id: str) -> WorkflowUpdate | None:
+    """The update ``run`` already has with ``update_id`` (a repeat), which must be of the same name."""
+    existing = WorkflowUpdate.objects.filter(run=run, update_id=update_id).first()
+    if existing is not None and existing.name != name:
+        raise InvalidArgument(f"update_id {update_id!r} of run {run.run_id} is update {existing.name!r}, not "
+                              f"{name!r}: an update_id names one update")
+    return existing
+
+
 def send(run_id: uuid.UUID, name: str, payload: Any, update_id: str | None, *, waiting: bool) -> UpdateHandle:
     """Validate and store an update for the chain of run ``run_id`` (its open run)."""
     data, update_id = check_update(name, payload, update_id)
-    if waiting and client.driver_here() is None and connections[router.db_for_write(Workflow)].in_atomic_block:
-        raise InvalidArgument(
-            "handle.update() waits for the run to apply the update, which the run cannot see before this "
-            "transaction commits: call it outside transaction.atomic() (with ATOMIC_REQUESTS, mark the view "
-            "@transaction.non_atomic_requests), or call start_update() and its result() after the commit")
+    if waiting and client.driver_here() is None:
+        refuse_waiting_in_transaction("handle.update()")
     run = Workflow.objects.end_of_chain(_get(run_id))
-    existing = WorkflowUpdate.objects.filter(run=run, update_id=update_id).first()
-    if existing is not None:
-        return UpdateHandle(run.workflow_id, existing)  # a repeat: the same update, even once the run finished
-    if run.is_finished:
-        raise _closed(run, name)
-    validate(run, name, payload)
     for _ in range(3):
+        existing = existing_update(run, name, update_id)
+        if existing is not None:
+            return UpdateHandle(run.workflow_id, existing)  # a repeat: the same update, even once the run finished
+        if run.is_finished:
+            raise _closed(run, name)
+        validate(run, name, payload)
         try:
             with transaction.atomic():
                 locked = _lock_chain(run.pk)
+                if locked.pk != run.pk:  # it continued as new meanwhile: validate against the run it reached
+                    run = locked
+                    continue
                 if locked.is_finished:
                     raise _closed(locked, name)
                 update, _created = transitions.deliver_update(locked, name, data, update_id, clock.now())
                 return UpdateHandle(locked.workflow_id, update)
         except IntegrityError:
             continue  # the same update_id, stored by a concurrent caller meanwhile: the next round finds it
-    raise InvalidArgument(f"update {update_id!r} could not be stored; try again")
+    raise InvalidArgument(f"update {update_id!r} could not be stored (its run kept changing); try again")
 
 
 def _get(run_id: uuid.UUID) -> Workflow:

@@ -9,7 +9,7 @@ from typing import Any, Literal, NamedTuple
 
 from django.db import IntegrityError, transaction
 
-from . import clock, transitions, updates
+from . import client, clock, transitions, updates
 from .client import (
     START_SIGNAL_PREFIX,
     WorkflowHandle,
@@ -163,8 +163,15 @@ def start_or_update(
     check_id(workflow_id, "workflow_id")
     check_terminal_conflict(on_terminal_conflict, workflow_id)
     data, update_id = updates.check_update(update, payload, update_id)
+    updates.check_timeout(timeout)
+    if client.driver_here() is None:
+        updates.refuse_waiting_in_transaction("start_or_update()")
     for _ in range(RACE_RETRIES):
         target = Workflow.objects.latest_for(workflow_id).first()
+        repeat = None if target is None else updates.existing_update(target, update, update_id)
+        if repeat is not None:  # the same update_id again: its reply, even once the run finished
+            return StartOrUpdateResult(WorkflowHandle(target.workflow_id, target.run_id), "updated",
+                                       updates.UpdateHandle(target.workflow_id, repeat).result(timeout))
         if target is not None and not target.is_finished:
             try:
                 sent = updates.send(target.pk, update, payload, update_id, waiting=True)

@@ -28,7 +28,7 @@ from ...exceptions import ActivityTimeout, PayloadError
 from ...heartbeats import AttemptControl
 from ...models import StepKind, StepStatus, TimerPurpose
 from ..attempt_pool import AttemptJob, in_callers_transaction
-from ..errors import StopExecution, error_dict
+from ..errors import ReplayFrontier, StopExecution, error_dict
 from .branches import POLL_SECONDS, Branches
 
 P = ParamSpec("P")
@@ -57,6 +57,8 @@ class ActivityOps(Branches):
             return decode(step.result)
         if step is not None and step.status == StepStatus.FAILED:
             raise self._activity_error(definition.name, step.error or {}, step.attempt, seq)
+        if self._dry and step is not None:
+            raise ReplayFrontier()  # the run waits here: its retry or async completion is not replayed
         attempt = 1
         started = clock.now()
         if step is not None:  # waiting: out a retry backoff, or for an async completion

@@ -156,6 +156,7 @@ class Branches(AsyncActivityOps, Signals):
     def _wait_for(self, branches: list[Pending[Any]], *, first: bool) -> None:
         """Return once every branch (``first``: one) settled, committing settled rows as they come; park
         when nothing runs and nothing can settle yet."""
+        self._refuse_in_handler("a wait for branches")
         for branch in branches:
             branch.awaited = True  # ``done`` may say it settled from now on (replay-stable: waits replay too)
         remaining = [branch for branch in branches if not branch.settled]

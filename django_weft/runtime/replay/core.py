@@ -16,7 +16,7 @@ from ... import clock, journal, transitions
 from ...activities import ActivityInfo
 from ...conf import weft_settings
 from ...exceptions import FencingError, InvalidArgument, NonDeterminismError
-from ...models import StepKind, StepStatus, Timer, WorkflowStep
+from ...models import StepKind, Timer, WorkflowStep
 from ..attempt_pool import AttemptPool
 from ..errors import HistoryLimitReached, ReplayFrontier, StopExecution, Suspend, is_transient, refused_by_database
 
@@ -78,11 +78,7 @@ class ReplayCore:
         return self._seq < self._journal_end
 
     def _next(self, kind: str, name: str) -> tuple[int, WorkflowStep | None]:
-        if self._in_handler:
-            raise InvalidArgument(
-                f"the handler {self._in_handler} asked for {kind} {name!r}: update and signal handlers run between "
-                "the workflow's operations and may only change its state; make durable calls in the workflow "
-                "(for example after ctx.wait_condition)")
+        self._refuse_in_handler(f"{kind} {name!r}")
         self._seq += 1
         seq = self._seq
         step = self._journal.get(seq)
@@ -99,9 +95,14 @@ class ReplayCore:
         if step is None and seq > self._max_history:
             raise HistoryLimitReached(seq, self._max_history)
         self._between_operations(step)
-        if self._dry and step is not None and step.status == StepStatus.WAITING and step.kind == StepKind.ACTIVITY:
-            raise ReplayFrontier()  # the run waits here: its retry or async completion is not replayed
         return seq, step
+
+    def _refuse_in_handler(self, what: str) -> None:
+        if self._in_handler:
+            raise InvalidArgument(
+                f"the handler {self._in_handler} asked for {what}: update and signal handlers run between the "
+                "workflow's operations and may only change its state; make durable calls in the workflow (for "
+                "example after ctx.wait_condition)")
 
     def _between_operations(self, step: WorkflowStep | None) -> None:
         """Called by every operation once it has its position (runtime.replay.inbox applies updates and
@@ -114,6 +115,7 @@ class ReplayCore:
         side effect function) the deferred writes commit, so nothing touches the world while an earlier
         step's result could still be lost.
         """
+        self._refuse_in_handler("new work")
         if self._dry:
             raise ReplayFrontier()
         if self._claim.lost:

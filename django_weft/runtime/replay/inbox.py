@@ -6,17 +6,17 @@ applies what arrived since (pending updates, and signals that have a handler), i
 next position. A replay therefore runs each handler at the same point of the code as the first execution:
 after the code that led to operation P, before P's outcome reaches the code.
 
-An operation at the frontier looks at the database once per execution (when the code has handlers), when
-it resumes a wait, and otherwise at most every INBOX_CHECK_SECONDS: something that arrives later makes the
-run's next park wake it at once (its inbox moved), so nothing waits for long.
+At the frontier every operation looks at the database (one indexed query, only when the code has handlers),
+so an update is applied at the run's next durable call. An update whose handler the code has not registered
+yet holds back the ones after it (arrival order); if the run parks with it still unhandled, it fails (its
+caller is told) and the run wakes at once to apply the rest.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-from datetime import timedelta
-from typing import Any
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
+from typing import Any, NoReturn
 
 from ... import clock, journal
 from ...codec import decode, encode
@@ -36,16 +36,16 @@ from ..errors import HistoryLimitReached, error_category, error_dict
 from .handlers import Handlers
 from .signals import Signals
 
-INBOX_CHECK_SECONDS = 0.2
 HANDLER_KINDS = (StepKind.UPDATE, StepKind.SIGNAL_HANDLER)
 
 
 class Inbox(Signals, Handlers):
     """The replay context's updates, handled signals and conditions (mixed into runtime.context.Context)."""
 
-    _inbox_checked_at: float | None = None
     # Updates applied by this execution whose rows are not committed yet.
     _applied_now: frozenset[int] = frozenset()
+    # Updates the code had no handler for when they came up (they hold back the ones after them).
+    _unhandled: tuple[WorkflowUpdate, ...] = ()
 
     def wait_condition(self, predicate: Callable[[], Any], timeout: float | timedelta | None = None) -> bool:
         """Wait until ``predicate()`` is true (an update or signal handler changed the state it reads); True
@@ -88,15 +88,23 @@ class Inbox(Signals, Handlers):
         self._replay_handled()
         if self._dry or not (self._update_handlers or self._signal_handlers) or self._seq < self._journal_end:
             return
-        if self._claim.lost:
-            return
-        moment = time.monotonic()
-        resuming = step is not None and step.status == StepStatus.WAITING
-        if (not resuming and self._inbox_checked_at is not None
-                and moment - self._inbox_checked_at < INBOX_CHECK_SECONDS):
-            return
-        self._inbox_checked_at = moment
-        self._apply_arrived()
+        if not self._claim.lost:
+            self._apply_arrived()
+
+    def _park(self, *, wake_at: datetime | None, reason: str, writes: Sequence[journal.JournalWrite] = (),
+              awaiting_signals: Sequence[str] = ()) -> NoReturn:
+        """An update still without a handler where the run waits cannot be applied: it fails, and the run
+        wakes at once for what it held back."""
+        unhandled = [u for u in self._unhandled if u.name not in self._update_handlers]
+        if unhandled and not self._dry:
+            now = clock.now()
+            known = ", ".join(repr(n) for n in sorted(self._update_handlers)) or "none"
+            for update in unhandled:
+                error = {"type": "UpdateNotHandled", "message": f"the run's code registers no update handler "
+                         f"{update.name!r} where it waits (step {self._seq}); it registers: {known}"}
+                self._defer(journal.ApplyUpdate(update.pk, UpdateStatus.FAILED, None, None, error, now))
+            wake_at = now
+        super()._park(wake_at=wake_at, reason=reason, writes=writes, awaiting_signals=awaiting_signals)
 
     def _replay_handled(self) -> None:
         """Re-apply the handler rows recorded right after the current position."""
@@ -105,10 +113,11 @@ class Inbox(Signals, Handlers):
                 payload, handler = decode(row.result)["payload"], self._update_handlers.get(row.name)
             else:
                 payload, handler = decode(row.result), self._signal_handlers.get(row.name)
+            signal = row.kind == StepKind.SIGNAL_HANDLER
             if handler is None:
                 raise self._mismatch(row, f"the code registers no handler for {row.name!r} here")
             try:
-                self._call_handler(handler, payload, f"{row.kind} {row.name!r}")
+                self._call_handler(handler, payload, f"{row.kind} {row.name!r}", always_pass=signal)
             except Exception as exc:
                 if row.status != StepStatus.FAILED:
                     raise self._mismatch(row, f"its handler now raises {type(exc).__name__}: {exc}") from exc
@@ -131,9 +140,13 @@ class Inbox(Signals, Handlers):
                 run_id=self.run_id, status=UpdateStatus.PENDING).exclude(pk__in=self._applied_now).order_by("sequence")]
         if self._signal_handlers:
             arrivals += [(s.sequence, s) for s in self._pending_signals(list(self._signal_handlers))]
-        for _, item in sorted(arrivals, key=lambda pair: pair[0]):
+        self._unhandled = ()
+        ordered = [item for _, item in sorted(arrivals, key=lambda pair: pair[0])]
+        for index, item in enumerate(ordered):
             if isinstance(item, WorkflowUpdate):
                 if item.name not in self._update_handlers:
+                    self._unhandled = tuple(u for u in ordered[index:] if isinstance(u, WorkflowUpdate)
+                                            and u.name not in self._update_handlers)
                     break
                 self._apply_update(item)
             else:
@@ -169,7 +182,8 @@ class Inbox(Signals, Handlers):
 
     def _apply_signal(self, signal: Signal) -> None:
         # A signal handler's exception is the workflow's: it propagates (and fails the run) like code's.
-        self._call_handler(self._signal_handlers[signal.name], decode(signal.payload), f"signal {signal.name!r}")
+        self._call_handler(self._signal_handlers[signal.name], decode(signal.payload), f"signal {signal.name!r}",
+                           always_pass=True)
         seq = self._take_position()
         now = clock.now()
         self._consumed(signal)
@@ -177,11 +191,12 @@ class Inbox(Signals, Handlers):
         self._defer(self._record(self._step(seq, StepKind.SIGNAL_HANDLER, signal.name, StepStatus.COMPLETED,
                                             result=signal.payload, started=now, finished=now), None))
 
-    def _call_handler(self, handler: Callable[..., Any], payload: Any, label: str) -> Any:
-        """Call a handler (with the payload, or with nothing when there is none), refusing durable calls."""
+    def _call_handler(self, handler: Callable[..., Any], payload: Any, label: str, *, always_pass: bool = False) -> Any:
+        """Call a handler, refusing durable calls: with the payload (an update's only when it has one; a signal
+        handler's always)."""
         outer, self._in_handler = self._in_handler, label
         try:
-            return handler() if payload is None else handler(payload)
+            return handler() if payload is None and not always_pass else handler(payload)
         finally:
             self._in_handler = outer
 

@@ -26,6 +26,7 @@ class Lifecycle(ReplayCore):
         nothing, so the old code path replays as it was recorded.
         """
         check_id(change_id, "a patch's change_id", max_length=255)
+        self._refuse_in_handler(f"ctx.patched({change_id!r})")
         seq = self._seq + 1
         step = self._journal.get(seq)
         if step is not None:
@@ -46,6 +47,7 @@ class Lifecycle(ReplayCore):
         """The cleanup of ``patched(change_id)`` once no open run lacks its marker: consumes the marker
         where a run has one, records nothing where it has not. Remove it when no open run has the marker."""
         check_id(change_id, "a patch's change_id", max_length=255)
+        self._refuse_in_handler(f"ctx.deprecate_patch({change_id!r})")
         step = self._journal.get(self._seq + 1)
         if step is not None and step.kind == StepKind.PATCH and step.name == change_id:
             self._seq += 1
@@ -55,6 +57,7 @@ class Lifecycle(ReplayCore):
         one transaction: same type (its newest version), tags, search attributes, schedule and parent;
         signals not consumed yet move to it. The journal starts empty, so a run that loops forever stays
         cheap to wake. Handles' ``result()`` follows the chain."""
+        self._refuse_in_handler("ctx.continue_as_new()")
         data = encode(input, what=f"input of the run continuing workflow {self._claim.run.workflow_type!r}")
         self._before_new_work(side_effects=False)
         raise ContinueAsNew(data)
