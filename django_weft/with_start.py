@@ -169,7 +169,7 @@ def start_or_update(
     for _ in range(RACE_RETRIES):
         target = Workflow.objects.latest_for(workflow_id).first()
         repeat = None if target is None else updates.existing_update(target, update, update_id)
-        if repeat is not None:  # the same update_id again: its reply, even once the run finished
+        if target is not None and repeat is not None:  # the same update_id again: its reply, even once finished
             return StartOrUpdateResult(WorkflowHandle(target.workflow_id, target.run_id), "updated",
                                        updates.UpdateHandle(target.workflow_id, repeat).result(timeout))
         if target is not None and not target.is_finished:
