@@ -56,6 +56,7 @@ from .registry import workflow
 
 if TYPE_CHECKING:
     from .client import WorkflowHandle, cancel, get_handle, signal, start
+    from .finding import count_runs, list_runs
     from .maintenance import MaintenanceReport, run_maintenance
     from .models import Schedule
     from .runtime.context import ChildHandle, Context, Pending
@@ -77,6 +78,8 @@ _LAZY = {
     "start_or_update": "with_start",
     "StartOrUpdateResult": "with_start",
     "UpdateHandle": "updates",
+    "list_runs": "finding",
+    "count_runs": "finding",
     "ChildHandle": "runtime.context",
     "run_maintenance": "maintenance",
     "MaintenanceReport": "maintenance",
@@ -146,11 +149,13 @@ __all__ = [
     "cancel",
     "complete_async",
     "complete_async_activity",
+    "count_runs",
     "create_schedule",
     "fail_async_activity",
     "get_handle",
     "get_schedule",
     "heartbeat",
+    "list_runs",
     "run_maintenance",
     "signal",
     "start",

@@ -43,6 +43,8 @@ class StepKind(models.TextChoices):
     UPDATE = "update", _("Update applied")
     SIGNAL_HANDLER = "signal_handler", _("Signal handled")
     CONDITION = "condition", _("Wait condition")
+    # ctx.set_search_attributes: applied to the run's row in the commit that records it.
+    ATTRIBUTES = "attributes", _("Search attributes")
 
 
 class StepStatus(models.TextChoices):

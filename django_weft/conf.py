@@ -67,6 +67,9 @@ DEFAULTS: dict[str, Any] = {
     # Takeovers of a run at the same step (its executors keep dying there) before it fails with
     # failure_category "system".
     "MAX_RECOVERY_ATTEMPTS": 10,
+    # The typed, indexed search attributes runs may carry: name -> "int", "keyword", "text", "decimal",
+    # "datetime", "bool" or "keyword_list" (see django_weft.attributes).
+    "SEARCH_ATTRIBUTES": {},
 }
 
 EXECUTORS = ("loop", "celery")

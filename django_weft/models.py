@@ -141,6 +141,8 @@ class Workflow(models.Model):
             models.Index(fields=["status", "-created_at"], name="weft_status_idx"),
             models.Index(fields=["-created_at"], name="weft_created_idx"),
             models.Index(fields=["parent"], condition=Q(parent__isnull=False), name="weft_children_idx"),
+            models.Index(fields=["failure_category", "-created_at"], condition=~Q(failure_category=""),
+                         name="weft_failure_category_idx"),
         ]
 
     def __str__(self) -> str:
@@ -436,13 +438,17 @@ class ScheduleOccurrence(models.Model):
 
 
 # The heartbeat rows (of processes and of activity attempts) live in a module of their own.
+from .audit_models import BulkOperation, BulkOperationStatus, SpentIdempotencyKey  # noqa: E402
 from .heartbeat_models import ActivityHeartbeat, Executor, ExecutorKind  # noqa: E402
+from .search_models import SearchAttributeValue  # noqa: E402
 from .update_models import WorkflowUpdate  # noqa: E402
 
 __all__ = [
     "ActivityHeartbeat",
     "AsyncActivity",
     "AsyncStatus",
+    "BulkOperation",
+    "BulkOperationStatus",
     "Executor",
     "ExecutorKind",
     "FailureCategory",
@@ -453,7 +459,9 @@ __all__ = [
     "Schedule",
     "ScheduleOccurrence",
     "ScheduleStatus",
+    "SearchAttributeValue",
     "Signal",
+    "SpentIdempotencyKey",
     "StepKind",
     "StepStatus",
     "Timer",

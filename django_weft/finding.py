@@ -1,0 +1,166 @@
+"""Finding runs: ``weft.list_runs(**filters)`` (a QuerySet of runs, newest first) and
+``weft.count_runs(**filters, group_by=...)``; the bulk operations and the ``weft_runs`` command take the same
+filters (:func:`runs_matching`).
+
+Every filter is checked before a query is built (a wrong status, an undeclared attribute or a value of the
+wrong type is an InvalidArgument naming it). Attribute filters are ``EXISTS`` over the indexed rows of
+:class:`~django_weft.models.SearchAttributeValue`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from django.db import connections, router
+from django.db.models import BooleanField, Count, Exists, OuterRef, Q, QuerySet
+from django.db.models.expressions import RawSQL
+from django.utils import timezone
+
+from . import attributes
+from .exceptions import InvalidArgument
+from .models import FailureCategory, RunStatus, SearchAttributeValue, Workflow
+from .registry import get_workflow
+
+FILTERS = ("status", "type", "workflow_id_prefix", "tags", "attributes", "created_after", "created_before",
+           "schedule", "parent", "failure_category", "version")
+LOOKUPS = ("exact", "gt", "gte", "lt", "lte", "in", "contains")
+GROUPS = ("status", "type", "failure_category", "version")
+
+
+def runs_matching(*, status: str | Iterable[str] | None = None, type: Any = None,
+                  workflow_id_prefix: str | None = None, tags: Iterable[str] | None = None,
+                  attributes: dict[str, Any] | None = None, created_after: datetime | None = None,
+                  created_before: datetime | None = None, schedule: Any = None, parent: Any = None,
+                  failure_category: str | Iterable[str] | None = None,
+                  version: int | None = None) -> QuerySet[Workflow]:
+    """The runs every given filter matches (unordered)."""
+    runs: QuerySet[Workflow] = Workflow.objects.all()
+    if status is not None:
+        runs = runs.filter(status__in=_choices(status, RunStatus.values, "status"))
+    if type is not None:
+        names = [type] if isinstance(type, str) or callable(type) else list(type)
+        runs = runs.filter(workflow_type__in=[get_workflow(name).name for name in names])
+    if workflow_id_prefix is not None:
+        if not isinstance(workflow_id_prefix, str) or not workflow_id_prefix:
+            raise InvalidArgument(f"workflow_id_prefix must be a non-empty string, got {workflow_id_prefix!r}")
+        runs = runs.filter(workflow_id__startswith=workflow_id_prefix)
+    if tags is not None:
+        runs = _with_tags(runs, tags)
+    if attributes is not None:
+        runs = runs.filter(attribute_filter(attributes))
+    if created_after is not None:
+        runs = runs.filter(created_at__gte=_moment(created_after, "created_after"))
+    if created_before is not None:
+        runs = runs.filter(created_at__lt=_moment(created_before, "created_before"))
+    if schedule is not None:
+        schedule_id = getattr(schedule, "schedule_id", schedule)
+        if not isinstance(schedule_id, str):
+            raise InvalidArgument(f"schedule must be a schedule id or a Schedule, got {schedule!r}")
+        runs = runs.filter(schedule__schedule_id=schedule_id)
+    if parent is not None:
+        runs = runs.filter(parent_id=_run_id(parent, "parent"))
+    if failure_category is not None:
+        runs = runs.filter(failure_category__in=_choices(failure_category, FailureCategory.values,
+                                                         "failure_category"))
+    if version is not None:
+        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+            raise InvalidArgument(f"version must be an int >= 1, got {version!r}")
+        runs = runs.filter(version=version)
+    return runs
+
+
+def list_runs(**filters: Any) -> QuerySet[Workflow]:
+    """The runs matching ``filters`` (see :func:`runs_matching`), newest first: slice it for a page."""
+    _known(filters)
+    return runs_matching(**filters).order_by("-created_at", "-run_id")
+
+
+def count_runs(*, group_by: str = "status", **filters: Any) -> dict[Any, int]:
+    """How many runs match ``filters``, per ``group_by``: "status", "type", "failure_category", "version", or a
+    declared search attribute (a run counts once per value it has: a keyword_list once per keyword; runs
+    without the attribute are not counted)."""
+    _known(filters)
+    runs = runs_matching(**filters)
+    if group_by in GROUPS:
+        column = "workflow_type" if group_by == "type" else group_by
+        rows = runs.order_by().values_list(column).annotate(n=Count("pk"))
+        return {key: n for key, n in rows}
+    kind = attributes.kind_of(group_by)
+    column = attributes.COLUMNS[kind]
+    values = SearchAttributeValue.objects.filter(name=group_by, run__in=runs.values("pk"))
+    return {key: n for key, n in values.order_by().values_list(column).annotate(n=Count("run_id", distinct=True))}
+
+
+def attribute_filter(conditions: dict[str, Any]) -> Q:
+    """``{"customer_id": 7, "amount__gte": 100, "region__in": ["eu", "us"]}``: every condition holds."""
+    if not isinstance(conditions, dict):
+        raise InvalidArgument(f"attributes must be a dict of attribute[__lookup] -> value, got {conditions!r}")
+    combined = Q()
+    for key, value in conditions.items():
+        name, _, lookup = str(key).partition("__")
+        lookup = lookup or "exact"
+        kind = attributes.kind_of(name)
+        if lookup not in LOOKUPS:
+            raise InvalidArgument(f"attribute filter {key!r}: the lookups are {', '.join(LOOKUPS)}")
+        if (lookup == "contains") != (kind == "text") and not (lookup == "exact" and kind != "text"):
+            raise InvalidArgument(f"attribute filter {key!r}: a {kind} attribute takes "
+                                  + ("__contains (text is not compared whole)" if kind == "text" else
+                                     "exact, gt, gte, lt, lte or in"))
+        item_kind = "keyword" if kind == "keyword_list" else kind
+        if lookup == "in":
+            if isinstance(value, str) or not isinstance(value, list | tuple | set | frozenset):
+                raise InvalidArgument(f"attribute filter {key!r} takes a list, got {value!r}")
+            checked: Any = [attributes.check_scalar(name, item, item_kind) for item in value]
+        else:
+            checked = attributes.check_scalar(name, value, "text" if lookup == "contains" else item_kind)
+        column = attributes.COLUMNS[kind]
+        condition = {f"{column}__{'icontains' if lookup == 'contains' else lookup}": checked}
+        combined &= Q(Exists(SearchAttributeValue.objects.filter(run=OuterRef("pk"), name=name, **condition)))
+    return combined
+
+
+def _known(filters: dict[str, Any]) -> None:
+    unknown = sorted(set(filters) - set(FILTERS))
+    if unknown:
+        raise InvalidArgument(f"unknown filter(s) {unknown}; the filters are {', '.join(FILTERS)}")
+
+
+def _choices(value: Any, allowed: list[str], what: str) -> list[str]:
+    values = [value] if isinstance(value, str) else list(value)
+    wrong = [v for v in values if v not in allowed]
+    if wrong or not values:
+        raise InvalidArgument(f"{what} must be one or a list of {', '.join(allowed)}; got {value!r}")
+    return values
+
+
+def _moment(value: Any, what: str) -> datetime:
+    if not isinstance(value, datetime) or timezone.is_naive(value):
+        raise InvalidArgument(f"{what} must be an aware datetime, got {value!r}")
+    return value
+
+
+def _run_id(value: Any, what: str) -> uuid.UUID:
+    value = getattr(value, "run_id", value)
+    try:
+        return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
+    except ValueError:
+        raise InvalidArgument(f"{what} must be a run id, a handle or a run, got {value!r}") from None
+
+
+def _with_tags(runs: QuerySet[Workflow], tags: Any) -> QuerySet[Workflow]:
+    """Runs that have every tag."""
+    wanted = [tags] if isinstance(tags, str) else list(tags)
+    if not wanted or not all(isinstance(tag, str) and tag for tag in wanted):
+        raise InvalidArgument(f"tags must be a non-empty list of tags, got {tags!r}")
+    vendor = connections[router.db_for_read(Workflow)].vendor
+    if vendor != "sqlite":
+        return runs.filter(tags__contains=wanted)
+    # SQLite's JSON has no containment: one json_each probe per tag.
+    table = Workflow._meta.db_table
+    for tag in wanted:
+        runs = runs.filter(RawSQL(f'EXISTS (SELECT 1 FROM json_each("{table}"."tags") WHERE json_each.value = %s)',
+                                  [tag], output_field=BooleanField()))
+    return runs

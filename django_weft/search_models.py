@@ -1,0 +1,40 @@
+"""The typed, indexed search attributes of runs (``WEFT_SEARCH_ATTRIBUTES``), one row per value. Re-exported by
+:mod:`django_weft.models`.
+
+A run's attributes are also on its row (``Workflow.search_attributes``, for showing them); these rows are
+what filters and grouped counts use: one indexed column per type, and the run's ``created_at`` beside it,
+so a filtered page, newest first, is read from one index.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+from django.utils.translation import gettext_lazy as _
+
+
+class SearchAttributeValue(models.Model):
+    """One value of a declared search attribute of a run (a ``keyword_list`` has a row per keyword)."""
+
+    id = models.BigAutoField(primary_key=True)
+    run = models.ForeignKey("django_weft.Workflow", on_delete=models.CASCADE, related_name="attribute_values")
+    name = models.CharField(max_length=64)
+    int_value = models.BigIntegerField(null=True, blank=True)
+    decimal_value = models.DecimalField(max_digits=38, decimal_places=10, null=True, blank=True)
+    keyword_value = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001 (NULL: not this type)
+    text_value = models.TextField(null=True, blank=True)  # noqa: DJ001
+    datetime_value = models.DateTimeField(null=True, blank=True)
+    bool_value = models.BooleanField(null=True, blank=True)
+    created_at = models.DateTimeField(help_text=_("The run's, for newest-first pages read from these indexes."))
+
+    class Meta:
+        verbose_name = _("search attribute value")
+        indexes = [
+            models.Index(fields=["name", "int_value", "-created_at"], name="weft_attr_int_idx"),
+            models.Index(fields=["name", "decimal_value", "-created_at"], name="weft_attr_decimal_idx"),
+            models.Index(fields=["name", "keyword_value", "-created_at"], name="weft_attr_keyword_idx"),
+            models.Index(fields=["name", "datetime_value", "-created_at"], name="weft_attr_datetime_idx"),
+            models.Index(fields=["name", "bool_value", "-created_at"], name="weft_attr_bool_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} of {self.run_id}"
