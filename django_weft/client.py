@@ -30,9 +30,8 @@ from .exceptions import (
 from .models import RunStatus, Workflow
 from .registry import get_workflow
 from .starts import check_id as _check_id
+from .starts import check_opaque_id, prepare_run
 from .starts import check_reason as _check_reason
-from .starts import prepare_run
-from .storable import check_text
 
 if TYPE_CHECKING:
     from .updates import UpdateHandle
@@ -340,13 +339,7 @@ START_SIGNAL_PREFIX = "start-idem:"
 def check_signal(name: Any, payload: Any, signal_id: Any) -> bytes:
     _check_id(name, "a signal name")
     if signal_id is not None:
-        # Opaque: never trimmed, case-folded or normalised.
-        if not isinstance(signal_id, str) or not signal_id:
-            raise InvalidArgument(f"signal_id must be a non-empty string, got {signal_id!r}")
-        check_text(signal_id, "signal_id")
-        if len(signal_id.encode("utf-8")) > MAX_SIGNAL_ID_BYTES:
-            raise InvalidArgument(f"signal_id must be at most {MAX_SIGNAL_ID_BYTES} UTF-8 bytes, got "
-                                  f"{len(signal_id.encode('utf-8'))}")
+        check_opaque_id(signal_id, "signal_id", max_bytes=MAX_SIGNAL_ID_BYTES)
     return encode(payload, what=f"payload of signal {name!r}")
 
 

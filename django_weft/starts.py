@@ -33,6 +33,17 @@ def check_id(value: Any, what: str, *, max_length: int = MAX_ID_LENGTH) -> None:
     check_text(value, what)
 
 
+def check_opaque_id(value: Any, what: str, *, max_bytes: int = 128) -> str:
+    """A caller's deduplication id (signal_id, update_id): opaque, never trimmed, case-folded or normalised."""
+    if not isinstance(value, str) or not value:
+        raise InvalidArgument(f"{what} must be a non-empty string, got {value!r}")
+    check_text(value, what)
+    size = len(value.encode("utf-8"))
+    if size > max_bytes:
+        raise InvalidArgument(f"{what} must be at most {max_bytes} UTF-8 bytes, got {size}")
+    return value
+
+
 def check_reason(reason: Any) -> str:
     if not isinstance(reason, str) or len(reason) > MAX_REASON_LENGTH:
         raise InvalidArgument(f"a reason must be a string of at most {MAX_REASON_LENGTH} characters")

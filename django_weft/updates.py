@@ -23,8 +23,7 @@ from .durations import to_seconds
 from .exceptions import InvalidArgument, UpdateFailed, UpdateRejected, WorkflowClosed, WorkflowNotFound
 from .models import RunStatus, Timer, UpdateStatus, Workflow, WorkflowStep, WorkflowUpdate
 from .replay_check import replay_dry
-from .starts import check_id
-from .storable import check_text
+from .starts import check_id, check_opaque_id
 from .wakeups import UPDATE_CHANNEL, notifies
 
 MAX_UPDATE_ID_BYTES = 128
@@ -140,14 +139,8 @@ class _ReplyListener:
 def check_update(name: Any, payload: Any, update_id: Any) -> tuple[bytes, str]:
     """The encoded payload and the update id (a new one when none is given), or InvalidArgument/PayloadError."""
     check_id(name, "an update name")
-    if update_id is None:
-        update_id = uuid.uuid4().hex
-    elif not isinstance(update_id, str) or not update_id:
-        raise InvalidArgument(f"update_id must be a non-empty string, got {update_id!r}")
-    check_text(update_id, "update_id")
-    if len(update_id.encode("utf-8")) > MAX_UPDATE_ID_BYTES:
-        raise InvalidArgument(f"update_id must be at most {MAX_UPDATE_ID_BYTES} UTF-8 bytes, got "
-                              f"{len(update_id.encode('utf-8'))}")
+    update_id = uuid.uuid4().hex if update_id is None else check_opaque_id(update_id, "update_id",
+                                                                            max_bytes=MAX_UPDATE_ID_BYTES)
     return encode(payload, what=f"payload of update {name!r}"), update_id
 
 
