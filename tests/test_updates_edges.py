@@ -98,3 +98,16 @@ def test_an_exported_history_with_updates_replays_and_a_renamed_handler_is_caugh
         assert caught.value.seq == 2
     finally:
         update_workflows.deployed["version"] = 1
+
+
+@pytest.mark.parametrize("how", ["race", "gather"])
+def test_a_run_parked_in_a_race_or_a_gather_applies_an_update_at_once(weft_env, how):
+    handle = weft.start("updates.racer", how)
+    weft_env.drive()
+    assert handle.update("log", "a") == 1
+    handle.signal("go")
+    if how == "gather":
+        from datetime import timedelta
+
+        weft_env.advance(timedelta(hours=1, seconds=1))
+    assert handle.result() == ["a"]

@@ -112,3 +112,16 @@ def deployed_cart(ctx: weft.Context) -> list:
     ctx.set_update_handler("add" if deployed["version"] == 1 else "add_item", lambda sku: items.append(sku))
     ctx.wait_condition(lambda: len(items) >= 5)
     return items
+
+
+@weft.workflow(name="updates.racer")
+def racer(ctx: weft.Context, how: str) -> list:
+    """Parks in a race (or a gather) of a timer and a signal wait, taking updates meanwhile."""
+    log: list = []
+    ctx.set_update_handler("log", lambda entry: log.append(entry) or len(log))
+    timer, signal = ctx.start_timer(timedelta(hours=1)), ctx.start_wait_for_signal("go")
+    if how == "race":
+        ctx.race(timer, signal)
+    else:
+        ctx.gather(timer, signal)
+    return log
