@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from decimal import Decimal, InvalidOperation
+from decimal import Context, Decimal, InvalidOperation
 from typing import Any
 
 from django.utils import timezone
 
 from .conf import weft_settings
+from .durations import check_moment
 from .exceptions import ConfigurationError, InvalidArgument
 from .storable import check_text
 
@@ -36,6 +37,7 @@ MAX_KEYWORDS = 100
 # What a decimal column holds (38 digits, 10 after the point) and a BIGINT.
 DECIMAL_LIMIT = Decimal(10) ** 28
 INT_LIMIT = 2**63
+DECIMAL_CONTEXT = Context(prec=38)
 
 
 def declared() -> dict[str, str]:
@@ -98,11 +100,11 @@ def check_scalar(name: str, value: Any, kind: str) -> Any:
             raise _wrong(name, kind, value) from None
         if not number.is_finite() or abs(number) >= DECIMAL_LIMIT:
             raise _wrong(name, kind, value)
-        return number.quantize(Decimal("1e-10"))
+        return number.quantize(Decimal("1e-10"), context=DECIMAL_CONTEXT)
     if kind == "datetime":
         if not isinstance(value, datetime) or timezone.is_naive(value):
             raise _wrong(name, kind, value)
-        return value
+        return check_moment(value, f"search attribute {name!r} (datetime)")  # in UTC
     if kind in ("keyword", "text"):
         limit = MAX_KEYWORD_LENGTH if kind == "keyword" else MAX_TEXT_LENGTH
         if not isinstance(value, str) or len(value) > limit or (kind == "keyword" and not value):
@@ -138,7 +140,52 @@ def check_all(values: Any, what: str = "search_attributes") -> dict[str, Any]:
 def to_json(value: Any) -> Any:
     """How a checked value is shown on the run's row (``Workflow.search_attributes``, JSON)."""
     if isinstance(value, Decimal):
-        return str(value.normalize()) if value == value.to_integral() else format(value.normalize(), "f")
+        return "0" if value == 0 else format(value.normalize(), "f")  # "150", not "1.5E+2"
     if isinstance(value, datetime):
         return value.isoformat()
     return value
+
+
+def shown(values: dict[str, Any], current: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The run row's ``search_attributes`` once checked ``values`` are applied over ``current`` (a None
+    removes its name)."""
+    merged = dict(current or {})
+    for name, value in values.items():
+        if value is None:
+            merged.pop(name, None)
+        else:
+            merged[name] = to_json(value)
+    return merged
+
+
+def from_json(values: Any) -> dict[str, Any]:
+    """A run row's ``search_attributes`` read back as checked values, by today's declarations: what a run
+    continuing as new carries over, and what the indexed rows of a new run hold. Names no longer declared,
+    and values their declared type no longer takes, are left out."""
+    kinds = declared()
+    checked = {}
+    for name, value in (values or {}).items() if isinstance(values, dict) else ():
+        kind = kinds.get(name)
+        if kind is None:
+            continue
+        try:
+            if kind == "datetime" and isinstance(value, str):
+                value = datetime.fromisoformat(value)
+            checked[name] = check_value(name, value, kind)
+        except (InvalidArgument, ValueError):
+            continue
+    return {name: value for name, value in checked.items() if value is not None}
+
+
+def column_values(values: dict[str, Any]) -> list[tuple[str, str, Any]]:
+    """``(name, column, value)`` of each indexed row checked ``values`` make: none for a None, one per
+    keyword of a ``keyword_list``."""
+    kinds = declared()
+    rows = []
+    for name, value in values.items():
+        if value is None:
+            continue
+        kind = kinds[name]
+        for item in value if kind == "keyword_list" else [value]:
+            rows.append((name, COLUMNS[kind], item))
+    return rows

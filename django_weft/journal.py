@@ -14,7 +14,7 @@ from typing import Any, cast
 from django.db import connections, router, transaction
 from django.db.models import Field, Model
 
-from . import wakeups
+from . import attribute_rows, wakeups
 from .models import AsyncActivity, Signal, Timer, UpdateStatus, Workflow, WorkflowStep, WorkflowUpdate
 
 
@@ -86,8 +86,19 @@ class ApplyUpdate:
     at: datetime
 
 
+@dataclass
+class SetSearchAttributes:
+    """``ctx.set_search_attributes``: the run row shows ``shown``; the indexed rows of the names in ``values``
+    (checked; None removes one) are replaced."""
+
+    run_id: Any
+    created_at: datetime
+    values: dict[str, Any]
+    shown: dict[str, Any]
+
+
 JournalWrite = (InsertStep | UpdateStep | InsertTimer | FireTimer | ConsumeSignal | InsertChild | InsertAsync
-                | ResolveAsync | CancelChild | ApplyUpdate)
+                | ResolveAsync | CancelChild | ApplyUpdate | SetSearchAttributes)
 
 
 def apply(writes: Iterable[JournalWrite]) -> None:
@@ -128,6 +139,8 @@ def apply(writes: Iterable[JournalWrite]) -> None:
                 finished_at=write.at,
             )
             wakeups.update_settled(write.update_pk)
+        elif isinstance(write, SetSearchAttributes):
+            attribute_rows.replace(write.run_id, write.created_at, write.values, write.shown)
         elif isinstance(write, ResolveAsync):
             AsyncActivity.objects.filter(pk=write.record_pk).update(
                 status=write.status, resolved_at=write.at, error=write.error

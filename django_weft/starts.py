@@ -11,17 +11,16 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
-from . import clock
+from . import attributes, clock
 from .codec import encode
 from .durations import check_moment, to_seconds
 from .exceptions import InvalidArgument
 from .models import Workflow
 from .registry import WorkflowDefinition
-from .storable import check_json, check_text
+from .storable import check_text
 
 MAX_ID_LENGTH = 255
 MAX_TAGS = 64
-MAX_SEARCH_ATTRIBUTES_BYTES = 16 * 1024
 MAX_REASON_LENGTH = 2000
 
 
@@ -65,6 +64,15 @@ def check_tags(tags: Any) -> list[str]:
     return tag_list
 
 
+def check_search_attributes(values: Any, current: dict[str, Any] | None = None, *,
+                            what: str = "search_attributes") -> tuple[dict[str, Any], dict[str, Any]]:
+    """``values`` checked (declared in WEFT_SEARCH_ATTRIBUTES, each of its type; None removes one), and the
+    run row's ``search_attributes`` once they are applied over ``current``; InvalidArgument if any is wrong.
+    (Each type bounds its values, and the declarations their number, so the row's JSON is bounded too.)"""
+    checked = attributes.check_all(values, what)
+    return checked, attributes.shown(checked, current)
+
+
 def prepare_run(
     definition: WorkflowDefinition,
     input: Any = None,
@@ -89,10 +97,7 @@ def prepare_run(
     if start_at is not None:
         start_at = check_moment(start_at, "start_at")
     tag_list = check_tags(tags)
-    if search_attributes is not None:
-        if not isinstance(search_attributes, dict) or not all(isinstance(k, str) for k in search_attributes):
-            raise InvalidArgument("search_attributes must be a dict with string keys")
-        check_json(search_attributes, "search_attributes", max_bytes=MAX_SEARCH_ATTRIBUTES_BYTES)
+    shown_attributes = {} if search_attributes is None else check_search_attributes(search_attributes)[1]
     timeout_seconds = (None if execution_timeout is None
                        else to_seconds(execution_timeout, "execution_timeout", allow_zero=False))
     delay_seconds = None if start_after is None else to_seconds(start_after, "start_after", allow_zero=True)
@@ -112,7 +117,7 @@ def prepare_run(
         input=encoded_input,
         idempotency_key=idempotency_key,
         tags=tag_list,
-        search_attributes=search_attributes or {},
+        search_attributes=shown_attributes,
         runnable_at=begins,
         execution_deadline=deadline,
         created_at=now,

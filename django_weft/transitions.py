@@ -21,7 +21,7 @@ from django.db import transaction
 from django.db.models import Case, F, Value, When
 from django.db.models.functions import Coalesce
 
-from . import journal, signals, wakeups
+from . import attribute_rows, journal, signals, wakeups
 from .conf import weft_settings
 from .exceptions import (
     FencingError,
@@ -92,6 +92,7 @@ def insert_run(run: Workflow, *, delayed_until: datetime | None) -> Workflow:
     """Insert a new run (inside the caller's transaction). Pending until claimed."""
     run.status = S.PENDING
     run.save(force_insert=True)
+    attribute_rows.insert_for(run)
     if delayed_until is not None:
         Timer.objects.create(run=run, purpose="delayed_start", fire_at=delayed_until)
     wakeups.runnable(run.pk, run.runnable_at or run.created_at, run.created_at)

@@ -26,3 +26,6 @@ LOGGING = {"version": 1, "disable_existing_loggers": False}
 # nothing is sent unless a test sets WEFT_EXECUTOR = "celery".
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "amqp://guest:guest@127.0.0.1:5672//")
 WEFT_CELERY_ETA_HORIZON = float(os.environ.get("WEFT_CELERY_ETA_HORIZON", "60"))
+# The search attributes tests start runs with (tests/test_search_attributes.py declares its own set too).
+WEFT_SEARCH_ATTRIBUTES = {"customer_id": "int", "plan": "keyword", "region": "keyword", "amount": "decimal",
+                          "due": "datetime", "vip": "bool", "labels": "keyword_list", "note": "text"}

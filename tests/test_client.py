@@ -37,7 +37,8 @@ BAD_STARTS = [
     (("test.steps", None), {"start_at": "2030-01-01"}, weft.InvalidArgument, "aware datetime"),
     (("test.steps", None), {"execution_timeout": 0}, weft.InvalidArgument, "execution_timeout must be positive"),
     (("test.steps", None), {"tags": "urgent"}, weft.InvalidArgument, "tags must be"),
-    (("test.steps", None), {"search_attributes": {"a": object()}}, weft.InvalidArgument, "JSON"),
+    (("test.steps", None), {"search_attributes": {"a": 1}}, weft.InvalidArgument, "'a' is not declared"),
+    (("test.steps", None), {"search_attributes": {"customer_id": object()}}, weft.InvalidArgument, "is int"),
 ]
 
 
@@ -128,9 +129,9 @@ def test_get_handle_errors():
 
 
 def test_tags_and_search_attributes_are_stored():
-    handle = weft.start("test.steps", spec("t"), tags=["vip", "eu"], search_attributes={"customer": 12})
+    handle = weft.start("test.steps", spec("t"), tags=["vip", "eu"], search_attributes={"customer_id": 12})
     run = handle.refresh()
-    assert run.tags == ["vip", "eu"] and run.search_attributes == {"customer": 12}
+    assert run.tags == ["vip", "eu"] and run.search_attributes == {"customer_id": 12}
 
 
 # --- timing -------------------------------------------------------------------------------------------

@@ -201,8 +201,8 @@ def open_run(weft_env):
     ("workflow_id", lambda bad: weft.start("test.collect", workflow_id=bad)),
     ("idempotency_key", lambda bad: weft.start("test.collect", idempotency_key=bad)),
     ("tag", lambda bad: weft.start("test.collect", tags=["ok", bad])),
-    ("search_attributes", lambda bad: weft.start("test.collect", search_attributes={"region": bad})),
-    ("search_attributes", lambda bad: weft.start("test.collect", search_attributes={bad: 1})),
+    ("search attribute", lambda bad: weft.start("test.collect", search_attributes={"region": bad})),
+    ("search attribute", lambda bad: weft.start("test.collect", search_attributes={bad: 1})),
     ("signal name", lambda bad: weft.signal("target", bad)),
     ("signal_id", lambda bad: weft.signal("target", "go", signal_id=bad)),
     ("workflow_id", lambda bad: weft.signal(bad, "go")),
@@ -224,9 +224,9 @@ def test_unstorable_text_is_refused_naming_the_field(open_run, field, call, bad)
     assert open_run.refresh().status == "waiting"
 
 
-@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf, {"deep": [math.nan]}])
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf, {"deep": [math.nan]}, "NaN", "Infinity"])
 def test_non_finite_search_attribute_values_are_refused(db, value):
-    with pytest.raises(weft.InvalidArgument, match="search_attributes"):
+    with pytest.raises(weft.InvalidArgument, match="search attribute 'amount' is decimal"):
         weft.start("test.collect", search_attributes={"amount": value})
     assert not Workflow.objects.exists()
 

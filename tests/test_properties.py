@@ -31,7 +31,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from django.conf import settings as django_settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.forms.models import model_to_dict
 from django.test import Client
 from django.test.utils import override_settings
@@ -41,6 +41,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument as HypothesisInvalidArgument
 
 import django_weft as weft
+from django_weft import attributes as weft_attributes
 from django_weft import client as weft_client
 from django_weft import codec, registry
 from django_weft.exceptions import (
@@ -62,6 +63,7 @@ from django_weft.models import (
     AsyncActivity,
     Schedule,
     ScheduleOccurrence,
+    SearchAttributeValue,
     Signal,
     Timer,
     Workflow,
@@ -327,7 +329,7 @@ def example_env() -> Iterator[WeftTestEnv]:
         pass
 
 
-COUNTED = (Workflow, WorkflowStep, Signal, Timer, AsyncActivity, Schedule, ScheduleOccurrence)
+COUNTED = (Workflow, WorkflowStep, Signal, Timer, AsyncActivity, Schedule, ScheduleOccurrence, SearchAttributeValue)
 
 
 def row_counts() -> dict[str, int]:
@@ -569,29 +571,58 @@ def test_start_tags(tags):
             assert stored == list(tags), f"tags {short(tags)} stored as {short(stored)}"
 
 
+# Names tests/settings.py declares (WEFT_SEARCH_ATTRIBUTES), and names it does not.
+attribute_names = st.one_of(st.sampled_from(sorted(django_settings.WEFT_SEARCH_ATTRIBUTES)), weird_text, ints)
+attribute_leaves = st.one_of(
+    ints, weird_text, aware_datetimes, any_datetimes, st.booleans(), st.none(), payload_leaves,
+    st.decimals(allow_nan=True, allow_infinity=True), st.decimals(min_value=-(10**28), max_value=10**28, places=12),
+    st.integers(-(10**28), 10**28).map(str), st.sampled_from(["1e27", "-9" * 28, "9" * 28, "0.00000000005", " 7 "]),
+)
+decimal_strings = st.one_of(
+    st.decimals(allow_nan=True, allow_infinity=True), st.decimals(min_value=-(10**28), max_value=10**28, places=12),
+    st.integers(-(10**28), 10**28), st.integers(-(10**28), 10**28).map(str),
+    st.sampled_from(["1e27", "-9" * 28, "9" * 28, "0.00000000005", " 7 ", "1_000", "0x10", "-0"]),
+)
+# Each declared name with a value mostly of its type (an edge of it, or just past one).
+well_typed_attributes = st.fixed_dictionaries({}, optional={
+    "customer_id": ints, "plan": weird_text, "region": weird_text, "amount": decimal_strings, "due": any_datetimes,
+    "vip": st.one_of(st.booleans(), st.none()), "labels": st.one_of(st.lists(weird_text, max_size=4), weird_text),
+    "note": weird_text})
 search_attribute_values = st.one_of(
-    st.dictionaries(weird_text, json_values, max_size=4),
-    st.dictionaries(st.text(min_size=1, max_size=8), json_values, max_size=4),
-    st.builds(lambda v, depth: {"deep": nested("list", depth) if v else nested("dict", depth)}, st.booleans(),
-              st.sampled_from([31, 32, 33, 100, 10_000])),
-    st.dictionaries(st.text(max_size=4), payload_leaves, min_size=1, max_size=2),
-    st.dictionaries(ints, st.integers(), min_size=1, max_size=2),
-    st.builds(lambda n: {f"k{i}": "v" * 100 for i in range(n)}, st.sampled_from([10, 100, 20_000])),
+    well_typed_attributes, well_typed_attributes, well_typed_attributes,
+    st.dictionaries(attribute_names, st.one_of(attribute_leaves, st.lists(weird_text, max_size=4),
+                                               st.frozensets(weird_text, max_size=3)), max_size=4),
     json_values,
 )
 
 
-@props(80)
+@props(120)
 @given(search_attributes=search_attribute_values)
-@example(search_attributes={"f": 1.801439850948199e16})  # PostgreSQL's jsonb reads it back as another number
+@example(search_attributes={"customer_id": -(2**63), "amount": "-" + "9" * 27 + ".99999999999"})
+@example(search_attributes={"due": dt.datetime(9000, 12, 31, 23, 59, 59, 999999, tzinfo=PLUS16)})
 def test_start_search_attributes(search_attributes):
+    """Accepted values are on the run's row as shown and read back from their indexed column as checked."""
     with example_env():
         ok, handle = attempt(lambda: weft.start("props_echo", 1, search_attributes=search_attributes),
-                             expect=(InvalidArgument,), field="search_attributes")
-        if ok:
-            stored = Workflow.objects.get(pk=handle.run_id).search_attributes
-            expected = search_attributes or {}
-            assert same(expected, stored, json_numbers=True), f"{short(expected)} stored as {short(stored)}"
+                             expect=(InvalidArgument,), field=("search attribute", "search_attributes"))
+        if not ok:
+            return
+        checked = weft_attributes.check_all(search_attributes or {})
+        stored = Workflow.objects.get(pk=handle.run_id).search_attributes
+        shown = weft_attributes.shown(checked)
+        assert same(shown, stored, json_numbers=True), f"{short(shown)} stored as {short(stored)}"
+        kinds = weft_attributes.declared()
+        read: dict[str, list] = {}
+        for row in SearchAttributeValue.objects.filter(run_id=handle.run_id):
+            read.setdefault(row.name, []).append(getattr(row, weft_attributes.COLUMNS[kinds[row.name]]))
+        expected = {name: value if kinds[name] == "keyword_list" else [value]
+                    for name, value in checked.items() if value not in (None, [])}
+        assert sorted(read) == sorted(expected)
+        for name, values in expected.items():
+            if kinds[name] == "decimal" and connection.vendor == "sqlite":  # SQLite keeps decimals as REAL
+                assert float(read[name][0]) == pytest.approx(float(values[0]), rel=1e-14, abs=1e-9)
+            else:
+                assert sorted(read[name]) == sorted(values), f"{name}: {short(values)} read back as {short(read[name])}"
 
 
 @props(50)
@@ -1630,11 +1661,18 @@ def test_schedule_operations(op, note_text, change, start, end):
 
 
 def test_search_attributes_are_bounded():
-    huge = {f"k{i}": "v" * 1000 for i in range(3000)}  # 3 MB of JSON on one run row
+    """Each type bounds its values (and WEFT_SEARCH_ATTRIBUTES their number): the largest are stored, one more
+    is refused."""
+    keywords = [f"{i:03}" + "x" * 252 for i in range(101)]
     with example_env():
-        ok, _ = attempt(lambda: weft.start("props_echo", 1, search_attributes=huge),
-                        expect=(InvalidArgument, PayloadError), field="search_attributes")
-        assert not ok, f"search_attributes of {len(json.dumps(huge))} bytes of JSON were accepted"
+        for too_much in ({"note": "\U0001f600" * 10_001}, {"labels": keywords}, {"plan": "x" * 256}):
+            ok, _ = attempt(lambda: weft.start("props_echo", 1, search_attributes=too_much),  # noqa: B023
+                            expect=(InvalidArgument,), field="search attribute")
+            assert not ok, f"{short(too_much)} was accepted"
+        largest = {"note": "\U0001f600" * 10_000, "labels": keywords[:100], "plan": "x" * 255}
+        handle = weft.start("props_echo", 1, search_attributes=largest)
+        assert Workflow.objects.get(pk=handle.run_id).search_attributes == largest
+        assert SearchAttributeValue.objects.filter(run_id=handle.run_id).count() == 102
 
 
 def test_transition_errors_are_weft_errors():

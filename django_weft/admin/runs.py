@@ -42,6 +42,7 @@ from .common import (
     pretty,
     span,
 )
+from .filters import TagFilter, VersionFilter, attribute_filters, attribute_listing
 from .forms import AsyncCompletionForm, SignalForm
 from .run_inlines import (
     AsyncActivityInline,
@@ -136,7 +137,7 @@ class WorkflowAdmin(OperationsMixin, ReadOnlyMixin, admin.ModelAdmin):
     operations = RUN_OPERATIONS
     list_display = ("workflow_id", "workflow_type", "version", "status_badge", "started_at", "updated_at",
                     "duration", "schedule_link")
-    list_filter = ("status", "failure_category", WorkflowTypeFilter, "schedule", "created_at")
+    list_filter = ("status", "failure_category", WorkflowTypeFilter, VersionFilter, TagFilter, "schedule", "created_at")
     search_fields = ("=workflow_id", "=run_id", "=idempotency_key")
     show_full_result_count = False  # no COUNT(*) over the whole table
     paginator = BoundedPaginator  # nor over a filter's matches: counted up to a cap
@@ -157,7 +158,7 @@ class WorkflowAdmin(OperationsMixin, ReadOnlyMixin, admin.ModelAdmin):
         (_("Timing"), {"fields": ("created_at", "started_at", "updated_at", "finished_at", "duration",
                                   "runnable_at", "execution_deadline")}),
         (_("Lineage"), {"fields": ("parent_link", "children_links", "schedule_link", "scheduled_for",
-                                   "restarted_from", "idempotency_key", "tags", "search_attributes")}),
+                                   "restarted_from", "idempotency_key", "tags", "attributes_listing")}),
         (_("Execution"), {"fields": ("lease_owner", "fence", "awaiting_signals", "cancel_requested_at")}),
     )
     readonly_fields = ("workflow_id", "run_id", "workflow_type", "version", "status_badge", "wait_reason",
@@ -165,7 +166,7 @@ class WorkflowAdmin(OperationsMixin, ReadOnlyMixin, admin.ModelAdmin):
                        "result_pretty", "error_pretty", "created_at", "started_at", "updated_at",
                        "finished_at", "duration", "runnable_at", "execution_deadline", "parent_link",
                        "children_links", "schedule_link", "scheduled_for", "restarted_from", "idempotency_key",
-                       "tags", "search_attributes", "lease_owner", "fence", "awaiting_signals",
+                       "tags", "attributes_listing", "lease_owner", "fence", "awaiting_signals",
                        "cancel_requested_at")
 
     # --- permissions ------------------------------------------------------------------------------
@@ -193,6 +194,9 @@ class WorkflowAdmin(OperationsMixin, ReadOnlyMixin, admin.ModelAdmin):
         return may_complete_async(request)
 
     # --- queries ----------------------------------------------------------------------------------
+
+    def get_list_filter(self, request: HttpRequest) -> Any:
+        return (*self.list_filter, *attribute_filters())  # one per declared search attribute
 
     def get_queryset(self, request: HttpRequest) -> Any:
         # The changelist never needs the payloads.
@@ -427,6 +431,10 @@ class WorkflowAdmin(OperationsMixin, ReadOnlyMixin, admin.ModelAdmin):
         if len(children) > MAX_CHILDREN_LISTED:
             links = format_html("{}<br>{}", links, _t("(more not shown)"))
         return links
+
+    @admin.display(description=_("search attributes"))
+    def attributes_listing(self, run: Workflow) -> str:
+        return attribute_listing(run)
 
     @admin.display(description=_("input"))
     def input_pretty(self, run: Workflow) -> str:

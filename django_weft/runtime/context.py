@@ -10,6 +10,7 @@ commits the run as parked and raises :class:`Suspend`.
 from __future__ import annotations
 
 from .replay.activities import ActivityOps
+from .replay.attributes import SearchAttributes
 from .replay.branches import Branches
 from .replay.children import ChildHandle, Children
 from .replay.inbox import Inbox
@@ -21,6 +22,6 @@ from .replay.values import RecordedValues
 __all__ = ["ChildHandle", "Context", "Pending"]
 
 
-class Context(ActivityOps, Branches, Timers, Inbox, Children, RecordedValues, Lifecycle):
+class Context(ActivityOps, Branches, Timers, Inbox, Children, RecordedValues, SearchAttributes, Lifecycle):
     """What a workflow function receives as ``ctx``: every operation family of runtime.replay, over one
     core (runtime.replay.core.ReplayCore) that assigns journal positions and writes."""

@@ -8,7 +8,7 @@ from datetime import timedelta
 
 from django.db import DatabaseError
 
-from .. import clock, transitions
+from .. import attributes, clock, transitions
 from ..codec import decode, encode
 from ..conf import weft_settings
 from ..exceptions import ActivityError, FencingError, WorkflowNotRegistered
@@ -149,7 +149,7 @@ def _continue(claim: transitions.Claim, data: bytes) -> str:
     """The run continues as new: the next run of its workflow id, with the newest version of its type."""
     run = claim.run
     following = prepare_run(get_workflow(run.workflow_type), workflow_id=run.workflow_id, tags=run.tags,
-                            search_attributes=run.search_attributes)
+                            search_attributes=attributes.from_json(run.search_attributes))
     following.input = data
     following.restarted_from = run
     following.schedule_id = run.schedule_id

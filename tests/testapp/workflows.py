@@ -295,6 +295,7 @@ def async_early(ctx: weft.Context, key: str) -> object:
 
 
 from . import (  # noqa: E402,F401
+    attribute_workflows,
     branch_process_workflows,
     branch_workflows,
     evolving_edge_workflows,

@@ -5,5 +5,6 @@
 * ``timers``: ``ctx.sleep``, ``ctx.sleep_until``;
 * ``signals``: ``ctx.wait_for_signal``;
 * ``children``: ``ctx.start_child``, ``ctx.wait_child``, ``ctx.run_child``;
-* ``values``: ``ctx.now``, ``ctx.uuid4``, ``ctx.random``, ``ctx.side_effect``.
+* ``values``: ``ctx.now``, ``ctx.uuid4``, ``ctx.random``, ``ctx.side_effect``;
+* ``attributes``: ``ctx.set_search_attributes``.
 """

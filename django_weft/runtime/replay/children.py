@@ -110,13 +110,15 @@ class Children(ReplayCore):
     """The replay context's children (mixed into runtime.context.Context)."""
 
     def start_child(self, workflow: str | Callable[..., Any], input: Any = None, *,
-                    workflow_id: str | None = None, parent_close_policy: str = "terminate") -> ChildHandle:
+                    workflow_id: str | None = None, parent_close_policy: str = "terminate",
+                    search_attributes: dict[str, Any] | None = None) -> ChildHandle:
         """Start a child run and return a handle to it without waiting.
 
         The child's id defaults to one derived from this run and step, so a replay re-attaches to the
         child instead of starting another. ``parent_close_policy`` says what happens to the child if
         this run closes first: ``terminate`` (cancel it at once), ``request_cancel`` (cancel it once it
-        is not executing), ``abandon`` (leave it running).
+        is not executing), ``abandon`` (leave it running). ``search_attributes`` are the child's own (checked
+        as at ``weft.start``; it does not inherit this run's).
         """
 
         definition = get_workflow(workflow)
@@ -128,7 +130,7 @@ class Children(ReplayCore):
         if parent_close_policy not in ParentClosePolicy.values:
             raise InvalidArgument(f"parent_close_policy must be one of {ParentClosePolicy.values}, "
                                   f"got {parent_close_policy!r}")
-        child = prepare_run(definition, input,
+        child = prepare_run(definition, input, search_attributes=search_attributes,
                             workflow_id=workflow_id if workflow_id is not None else f"{self.run_id}:{seq}")
         child.parent_id = self.run_id
         child.parent_close_policy = parent_close_policy
@@ -149,7 +151,9 @@ class Children(ReplayCore):
         return child.result()
 
     def run_child(self, workflow: str | Callable[..., Any], input: Any = None, *,
-                  workflow_id: str | None = None, parent_close_policy: str = "terminate") -> Any:
+                  workflow_id: str | None = None, parent_close_policy: str = "terminate",
+                  search_attributes: dict[str, Any] | None = None) -> Any:
         """Start a child run and wait for it: ``start_child`` then ``wait_child``."""
-        child = self.start_child(workflow, input, workflow_id=workflow_id, parent_close_policy=parent_close_policy)
+        child = self.start_child(workflow, input, workflow_id=workflow_id, parent_close_policy=parent_close_policy,
+                                 search_attributes=search_attributes)
         return self.wait_child(child)

@@ -54,7 +54,8 @@ class Lifecycle(ReplayCore):
 
     def continue_as_new(self, input: Any = None) -> NoReturn:
         """End this run as ``continued`` and start the next run of the same workflow id with ``input``, in
-        one transaction: same type (its newest version), tags, search attributes, schedule and parent;
+        one transaction: same type (its newest version), tags, search attributes (those still declared), schedule
+        and parent;
         signals not consumed yet move to it. The journal starts empty, so a run that loops forever stays
         cheap to wake. Handles' ``result()`` follows the chain."""
         self._refuse_in_handler("ctx.continue_as_new()")
