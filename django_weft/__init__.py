@@ -26,6 +26,7 @@ from .exceptions import (
     ChildWorkflowFailed,
     ConfigurationError,
     FencingError,
+    IdempotencyKeyPurged,
     InvalidArgument,
     InvalidTaskToken,
     NonDeterminismError,
@@ -55,7 +56,7 @@ from .exceptions import (
 from .registry import workflow
 
 if TYPE_CHECKING:
-    from .client import WorkflowHandle, cancel, get_handle, signal, start
+    from .client import WorkflowHandle, cancel, get_handle, signal, start, terminate
     from .finding import count_runs, list_runs
     from .maintenance import MaintenanceReport, run_maintenance
     from .models import Schedule
@@ -71,6 +72,7 @@ _LAZY = {
     "start": "client",
     "get_handle": "client",
     "cancel": "client",
+    "terminate": "client",
     "WorkflowHandle": "client",
     "signal": "client",
     "start_or_signal": "with_start",
@@ -111,6 +113,7 @@ __all__ = [
     "ConfigurationError",
     "Context",
     "FencingError",
+    "IdempotencyKeyPurged",
     "InvalidArgument",
     "InvalidTaskToken",
     "MaintenanceReport",
@@ -161,5 +164,6 @@ __all__ = [
     "start",
     "start_or_signal",
     "start_or_update",
+    "terminate",
     "workflow",
 ]

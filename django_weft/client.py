@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import DatabaseError, IntegrityError, transaction
 
-from . import clock, liveness, queries, repairs, transitions
+from . import clock, forks, liveness, queries, repairs, spent_keys, terminations, transitions
 from .codec import decode, encode
 from .durations import to_seconds
 from .exceptions import (
@@ -209,6 +209,17 @@ class WorkflowHandle:
         """Cancel this run (the chain's run, if it continued as new). Returns False if it had finished."""
         return transitions.cancel(self._current_run_id(), clock.now(), _check_reason(reason))
 
+    def terminate(self, reason: str = "") -> bool:
+        """End this run (the chain's run, if it continued as new) at once, wherever it is: ``timed_out`` with
+        ``termination_reason="terminated"``. Returns False if it had finished."""
+        return terminations.terminate(self.run_id, clock.now(), _check_reason(reason))
+
+    def fork(self, from_step: int, *, workflow_id: str | None = None) -> WorkflowHandle:
+        """Start a new run of this run's type and version, with its input, that keeps a copy of its journal
+        before step ``from_step`` and executes from there; see :func:`django_weft.forks.fork`."""
+        run = forks.fork(self.run_id, from_step, clock.now(), workflow_id=workflow_id)
+        return WorkflowHandle(run.workflow_id, run.run_id)
+
     def suspend(self, reason: str = "") -> None:
         """Pause this run until :meth:`resume`."""
         repairs.suspend(self._current_run_id(), clock.now(), _check_reason(reason))
@@ -270,7 +281,8 @@ def start(
     ``workflow_id`` names the run for your business (default: a new UUID); only one run per id can be
     open at a time, and an id whose last run finished is refused unless
     ``on_terminal_conflict="start_new"``. ``idempotency_key`` makes the call safe to repeat: every call
-    with the same key returns the same run. All checks happen before anything is written.
+    with the same key returns the same run (IdempotencyKeyPurged once that run was purged). All checks happen
+    before anything is written.
     """
     definition = get_workflow(workflow)
     check_terminal_conflict(on_terminal_conflict, workflow_id)
@@ -308,10 +320,12 @@ def start(
 
 def _start_idempotent(run: Workflow) -> WorkflowHandle:
     key = run.idempotency_key
+    assert key is not None  # called for starts with a key only
     by_key = Workflow.objects.filter(idempotency_key=key).only("workflow_id", "run_id", "workflow_type")
     with transaction.atomic():
         existing = by_key.first()
         if existing is None:
+            spent_keys.refuse_if_spent(key)
             try:
                 with transaction.atomic():
                     transitions.insert_run(run, delayed_until=delayed_until(run))
@@ -409,3 +423,10 @@ def cancel(workflow_id: str, reason: str = "") -> bool:
     """Cancel the open run of ``workflow_id``. Returns False if its latest run had already finished."""
     _check_reason(reason)
     return get_handle(workflow_id).cancel(reason)
+
+
+def terminate(workflow_id: str, reason: str = "") -> bool:
+    """Terminate the open run of ``workflow_id`` (see :meth:`WorkflowHandle.terminate`). Returns False if its
+    latest run had already finished."""
+    _check_reason(reason)
+    return get_handle(workflow_id).terminate(reason)

@@ -55,6 +55,19 @@ class WorkflowAlreadyExists(WeftError):
     """A run with this workflow id already exists."""
 
 
+class IdempotencyKeyPurged(WeftError):
+    """The idempotency key started a run that retention or a purge has since deleted: the key stays spent, so
+    nothing new is started (a second run could, say, charge a card twice). ``key``, the ``workflow_id`` and
+    ``run_id`` it started, and ``spent_at``, when that run was purged."""
+
+    def __init__(self, message: str, *, key: str, workflow_id: str, run_id: object, spent_at: object) -> None:
+        super().__init__(message)
+        self.key = key
+        self.workflow_id = workflow_id
+        self.run_id = run_id
+        self.spent_at = spent_at
+
+
 class WorkflowClosed(WeftError):
     """The run is finished; it accepts no more signals or changes."""
 

@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.db.models import F
 
-from . import clock, liveness, transitions, wakeups
+from . import clock, liveness, spent_keys, transitions, wakeups
 from .conf import weft_settings
 from .models import AsyncActivity, RunStatus, Signal, Timer, Workflow, WorkflowStep
 from .runtime import executor
@@ -86,12 +86,15 @@ def time_out_expired(now: datetime) -> int:
             return count
 
 
-def delete_finished_runs(run_ids: list) -> list:
+def delete_finished_runs(run_ids: list, now: datetime | None = None) -> list:
     """Delete those of ``run_ids`` that are finished, with their journal, timers, signals and async
-    records, in one transaction; returns the ids deleted. Retention and the admin's purge use it."""
+    records, in one transaction; returns the ids deleted. Their idempotency keys stay spent (as of ``now``,
+    default the clock's; see spent_keys.retire_keys). Retention and the admin's purge use it."""
     with transaction.atomic():
-        ids = list(Workflow.objects.finished().select_for_update().filter(pk__in=run_ids)
-                   .values_list("pk", flat=True))
+        rows = list(Workflow.objects.finished().select_for_update().filter(pk__in=run_ids)
+                    .values_list("pk", "idempotency_key", "workflow_id", "status"))
+        ids = [pk for pk, *_ in rows]
+        spent_keys.retire_keys(rows, now or clock.now())
         # Related rows go first in plain DELETEs, so the run delete needs no per-row cascade.
         for related in (WorkflowStep, Timer, Signal, AsyncActivity):
             related.objects.filter(run_id__in=ids).delete()
@@ -114,7 +117,7 @@ def purge_finished(now: datetime) -> int:
                        .order_by("finished_at").values_list("pk", flat=True)[:PAGE_SIZE])
             if not ids:
                 break
-            purged += len(delete_finished_runs(ids))
+            purged += len(delete_finished_runs(ids, now))
             if len(ids) < PAGE_SIZE:
                 break
     purge_history(now)

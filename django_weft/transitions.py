@@ -476,9 +476,10 @@ def check_transition(run: Workflow, target: str) -> None:
         )
 
 
-def _close(run: Workflow, status: str, now: datetime, error: dict, *, termination_reason: str) -> None:
-    """End ``run`` (locked) from outside its executor: cancelled, or timed out."""
-    category = FailureCategory.CANCELLATION if status == S.CANCELLED else FailureCategory.TIMEOUT
+def _close(run: Workflow, status: str, now: datetime, error: dict, *, termination_reason: str,
+           category: str = "") -> None:
+    """End ``run`` (locked) from outside its executor: cancelled, or timed out (``category``: its own)."""
+    category = category or (FailureCategory.CANCELLATION if status == S.CANCELLED else FailureCategory.TIMEOUT)
     Workflow.objects.filter(pk=run.pk).update(
         status=status, fence=F("fence") + 1, runnable_at=None, lease_owner="", wait_reason="",
         finished_at=now, updated_at=now, error=error, failure_category=category,

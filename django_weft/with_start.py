@@ -9,7 +9,7 @@ from typing import Any, Literal, NamedTuple
 
 from django.db import IntegrityError, transaction
 
-from . import client, clock, transitions, updates
+from . import client, clock, spent_keys, transitions, updates
 from .client import (
     START_SIGNAL_PREFIX,
     WorkflowHandle,
@@ -72,7 +72,8 @@ def start_or_signal(
     later one. Pass exactly one of ``signal_id`` (with ``workflow_id``, concurrent callers converge on
     one run and one signal) or ``idempotency_key`` (it names the run; the signal id is derived from it).
     A finished target raises StartOrSignalConflict, unless ``on_terminal_conflict="start_new"`` with an
-    explicit ``workflow_id`` and ``signal_id`` starts a new run that records ``restarted_from``.
+    explicit ``workflow_id`` and ``signal_id`` starts a new run that records ``restarted_from``; a key whose run
+    was purged raises IdempotencyKeyPurged.
     """
     definition = get_workflow(workflow)
     _check_start_options(start_options, "start_or_signal")
@@ -107,6 +108,8 @@ def start_or_signal(
                 delivered = transitions.deliver_signal(target, signal, data, signal_id, clock.now())
                 return StartOrSignalResult(WorkflowHandle(target.workflow_id, target.run_id), "signalled",
                                            delivered)
+            if target is None and idempotency_key is not None:
+                spent_keys.refuse_if_spent(idempotency_key)
             if target is not None:
                 if idempotency_key is not None or on_terminal_conflict == "error":
                     raise StartOrSignalConflict(

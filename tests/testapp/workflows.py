@@ -300,6 +300,7 @@ from . import (  # noqa: E402,F401
     branch_workflows,
     evolving_edge_workflows,
     evolving_workflows,
+    fork_workflows,
     hardening_workflows,
     query_workflows,
     schedule_workflows,
