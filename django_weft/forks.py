@@ -17,7 +17,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Max, Min, Q
 
 from .exceptions import InvalidArgument, WorkflowAlreadyExists, WorkflowNotFound
-from .models import SearchAttributeValue, Signal, StepKind, StepStatus, Workflow, WorkflowStep, WorkflowUpdate
+from .models import Signal, StepKind, StepStatus, Workflow, WorkflowStep, WorkflowUpdate
 from .registry import get_workflow
 from .starts import MAX_ID_LENGTH, check_id
 from .transitions import insert_run
@@ -29,9 +29,6 @@ STEP_COLUMNS = ("seq", "kind", "name", "status", "result", "error", "attempt", "
 SIGNAL_COLUMNS = ("name", "payload", "signal_id", "sequence", "received_at", "consumed_at", "consumed_by_seq")
 UPDATE_COLUMNS = ("name", "update_id", "payload", "sequence", "status", "result", "error", "received_at",
                   "applied_seq", "finished_at")
-ATTRIBUTE_COLUMNS = ("name", "int_value", "decimal_value", "keyword_value", "text_value", "datetime_value",
-                     "bool_value")
-
 
 def fork(source_id: Any, from_step: Any, now: datetime, *, workflow_id: str | None = None) -> Workflow:
     """Insert a fork of run ``source_id`` that keeps its journal before step ``from_step`` and executes from
@@ -145,10 +142,7 @@ def _copy_rows(source: Workflow, run: Workflow, steps: list[WorkflowStep], from_
     Signal.objects.bulk_create([Signal(run=run, **_values(s, SIGNAL_COLUMNS)) for s in consumed.order_by("sequence")])
     applied = WorkflowUpdate.objects.filter(run=source, applied_seq__lt=from_step).order_by("sequence")
     WorkflowUpdate.objects.bulk_create([WorkflowUpdate(run=run, **_values(u, UPDATE_COLUMNS)) for u in applied])
-    SearchAttributeValue.objects.bulk_create([
-        SearchAttributeValue(run=run, created_at=now, **_values(value, ATTRIBUTE_COLUMNS))
-        for value in SearchAttributeValue.objects.filter(run=source)
-    ])
+    # The indexed search attribute rows come with the run: insert_run writes them from its search_attributes.
 
 
 def _values(row: Any, columns: tuple[str, ...]) -> dict[str, Any]:

@@ -23,6 +23,11 @@ from django.db.models.functions import Coalesce
 
 from . import attribute_rows, journal, signals, wakeups
 from .conf import weft_settings
+from .deliveries import deliver_signal as deliver_signal  # re-exported: part of the state writer's API
+from .deliveries import deliver_update as deliver_update
+from .deliveries import fail_pending_updates as fail_pending_updates
+from .deliveries import fail_updates_of_closed_runs as fail_updates_of_closed_runs
+from .deliveries import record_event as record_event
 from .exceptions import (
     FencingError,
     TransitionNotAllowed,
@@ -350,39 +355,6 @@ def _cancel_error(reason: str) -> dict:
     return {"type": "Cancelled", "message": reason or "cancelled"}
 
 
-def record_event(run: Workflow, now: datetime, *, wakes: bool) -> int:
-    """Count an external event for ``run`` (locked by the caller); wake it if it waits. Returns its number."""
-    run.inbox_seq += 1
-    fields: dict[str, Any] = {"inbox_seq": run.inbox_seq, "updated_at": now}
-    if wakes and run.status == S.WAITING:
-        fields.update(runnable_at=now, awaiting_signals=[])
-        wakeups.runnable(run.pk, now, now)
-    Workflow.objects.filter(pk=run.pk).update(**fields)
-    return run.inbox_seq
-
-
-def deliver_signal(run: Workflow, name: str, payload: bytes, signal_id: str | None, now: datetime) -> bool:
-    """Store a signal for ``run`` (locked by the caller, open). False if ``signal_id`` was seen before."""
-    if signal_id is not None and Signal.objects.filter(run=run, name=name, signal_id=signal_id).exists():
-        return False
-    sequence = record_event(run, now, wakes=name in (run.awaiting_signals or ()))
-    Signal.objects.create(run=run, name=name, payload=payload, signal_id=signal_id, sequence=sequence,
-                          received_at=now)
-    return True
-
-
-def deliver_update(run: Workflow, name: str, payload: bytes, update_id: str,
-                   now: datetime) -> tuple[WorkflowUpdate, bool]:
-    """Store an update for ``run`` (locked by the caller, open), numbered with its signals and waking it if it
-    waits; or the one it already has with ``update_id`` (then False)."""
-    existing = WorkflowUpdate.objects.filter(run=run, update_id=update_id).first()
-    if existing is not None:
-        return existing, False
-    sequence = record_event(run, now, wakes=True)
-    return WorkflowUpdate.objects.create(run=run, name=name, update_id=update_id, payload=payload, sequence=sequence,
-                                         received_at=now), True
-
-
 # Called, inside the closing transaction, when a run started by a schedule closes: django_weft.schedules
 # registers the overlap policies' buffer drain here (the state writer never imports a service).
 _schedule_run_closed: list[Callable[[Workflow, datetime], None]] = []
@@ -408,29 +380,6 @@ def _after_close(run: Workflow, now: datetime) -> None:
     if run.schedule_id is not None:
         for hook in _schedule_run_closed:
             hook(run, now)
-
-
-def fail_updates_of_closed_runs(now: datetime) -> int:
-    """Fail the pending updates of runs that have ended (see fail_pending_updates); how many."""
-    failed = 0
-    closed = WorkflowUpdate.objects.filter(status=UpdateStatus.PENDING, run__status__in=S.terminal_values())
-    for run in Workflow.objects.filter(pk__in=closed.values("run_id")[:500]).only("pk", "status"):
-        with transaction.atomic():
-            failed += fail_pending_updates(run, now)
-    return failed
-
-
-def fail_pending_updates(run: Workflow, now: datetime) -> int:
-    """The run closed: updates it accepted and did not apply fail, and their callers are told."""
-    pending = list(WorkflowUpdate.objects.filter(run=run, status=UpdateStatus.PENDING).values_list("pk", flat=True))
-    if not pending:
-        return 0
-    error = {"type": "WorkflowClosed", "message": f"the run ended ({run.status}) before it applied the update"}
-    WorkflowUpdate.objects.filter(pk__in=pending, status=UpdateStatus.PENDING).update(
-        status=UpdateStatus.FAILED, error=error, finished_at=now)
-    for pk in pending:
-        wakeups.update_settled(pk)
-    return len(pending)
 
 
 def _close_children(run: Workflow, now: datetime, reason: str) -> None:
