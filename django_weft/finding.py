@@ -4,7 +4,14 @@ filters (:func:`runs_matching`).
 
 Every filter is checked before a query is built (a wrong status, an undeclared attribute or a value of the
 wrong type is an InvalidArgument naming it). Attribute filters are ``EXISTS`` over the indexed rows of
-:class:`~django_weft.models.SearchAttributeValue`.
+:class:`~django_weft.models.SearchAttributeValue`, one per attribute (its conditions hold on the same row; a
+``keyword_list`` has one per condition, since each keyword is a row).
+
+The query shapes rely on what the write path (``attribute_rows``) guarantees: a run has one row per scalar
+attribute and one per keyword, its value in its type's column, and the run's ``created_at`` beside it. So a
+page filtered by an attribute's equality joins the run to that row and is ordered by the row's ``created_at``:
+the first page is then read in order from the attribute's (name, value, created_at) index, however many
+runs match; and a count by attribute counts rows, read from that index alone.
 """
 
 from __future__ import annotations
@@ -12,7 +19,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import connections, router
 from django.db.models import BooleanField, Count, Exists, OuterRef, Q, QuerySet
@@ -75,7 +82,17 @@ def runs_matching(*, status: str | Iterable[str] | None = None, type: Any = None
 def list_runs(**filters: Any) -> QuerySet[Workflow]:
     """The runs matching ``filters`` (see :func:`runs_matching`), newest first: slice it for a page."""
     _known(filters)
-    return runs_matching(**filters).order_by("-created_at", "-run_id")
+    runs = runs_matching(**filters)  # every filter checked, in order
+    conditions = filters.get("attributes")
+    driver = None if conditions is None else _driver(_conditions(conditions))
+    if conditions is None or driver is None:
+        return runs.order_by("-created_at", "-run_id")
+    # An equality drives: the run joined to its one row of that value, newest first by the row's created_at
+    # (the run's), so a page walks the row's index in order; the other conditions stay EXISTS.
+    rest = {key: value for key, value in conditions.items() if key != driver.key}
+    runs = runs_matching(**{**filters, "attributes": rest})
+    return runs.filter(attribute_values__name=driver.name, **{f"attribute_values__{driver.column}": driver.value}
+                       ).order_by("-attribute_values__created_at", "-run_id")
 
 
 def count_runs(*, group_by: str = "status", **filters: Any) -> dict[Any, int]:
@@ -86,19 +103,57 @@ def count_runs(*, group_by: str = "status", **filters: Any) -> dict[Any, int]:
     runs = runs_matching(**filters)
     if group_by in GROUPS:
         column = "workflow_type" if group_by == "type" else group_by
-        rows = runs.order_by().values_list(column).annotate(n=Count("pk"))
+        # COUNT(*): read from an index on the column alone (an index-only scan), not from the rows.
+        rows = runs.order_by().values_list(column).annotate(n=Count("*"))
         return {key: n for key, n in rows}
     kind = attributes.kind_of(group_by)
     column = attributes.COLUMNS[kind]
-    values = SearchAttributeValue.objects.filter(name=group_by, run__in=runs.values("pk"))
-    return {key: n for key, n in values.order_by().values_list(column).annotate(n=Count("run_id", distinct=True))}
+    # A run has one row per value (per keyword for a keyword_list), so rows are counted, from the attribute's
+    # index; a filter on the runs narrows them to the matching runs' rows.
+    values = SearchAttributeValue.objects.filter(name=group_by, **{f"{column}__isnull": False})
+    if runs.query.has_filters():
+        values = values.filter(run__in=runs.values("pk"))
+    return {key: n for key, n in values.order_by().values_list(column).annotate(n=Count("*"))}
+
+
+class _Condition(NamedTuple):
+    key: str
+    name: str
+    kind: str
+    column: str
+    lookup: str
+    value: Any
+
+
+def _driver(conditions: list[_Condition]) -> _Condition | None:
+    """The equality that drives a page: the first on a non-bool attribute (a bool has two values), else one on a
+    bool; none if every condition is a range, a list or a text search."""
+    equalities = [c for c in conditions if c.lookup == "exact" and c.kind != "text"]
+    return next((c for c in equalities if c.kind != "bool"), equalities[0] if equalities else None)
 
 
 def attribute_filter(conditions: dict[str, Any]) -> Q:
     """``{"customer_id": 7, "amount__gte": 100, "region__in": ["eu", "us"]}``: every condition holds."""
+    combined = Q()
+    per_name: dict[str, dict[str, Any]] = {}
+    for c in _conditions(conditions):
+        lookup = {f"{c.column}__{'icontains' if c.lookup == 'contains' else c.lookup}": c.value}
+        same_row = per_name.setdefault(c.name, {})
+        if c.kind == "keyword_list" or lookup.keys() & same_row.keys():  # keywords are rows of their own
+            combined &= Q(Exists(SearchAttributeValue.objects.filter(run=OuterRef("pk"), name=c.name, **lookup)))
+        else:  # one row per run: a range's bounds hold on the same row
+            same_row.update(lookup)
+    for name, lookups in per_name.items():
+        if lookups:
+            combined &= Q(Exists(SearchAttributeValue.objects.filter(run=OuterRef("pk"), name=name, **lookups)))
+    return combined
+
+
+def _conditions(conditions: Any) -> list[_Condition]:
+    """Each attribute condition, checked."""
     if not isinstance(conditions, dict):
         raise InvalidArgument(f"attributes must be a dict of attribute[__lookup] -> value, got {conditions!r}")
-    combined = Q()
+    checked_conditions = []
     for key, value in conditions.items():
         name, _, lookup = str(key).partition("__")
         lookup = lookup or "exact"
@@ -116,10 +171,8 @@ def attribute_filter(conditions: dict[str, Any]) -> Q:
             checked: Any = [attributes.check_scalar(name, item, item_kind) for item in value]
         else:
             checked = attributes.check_scalar(name, value, "text" if lookup == "contains" else item_kind)
-        column = attributes.COLUMNS[kind]
-        condition = {f"{column}__{'icontains' if lookup == 'contains' else lookup}": checked}
-        combined &= Q(Exists(SearchAttributeValue.objects.filter(run=OuterRef("pk"), name=name, **condition)))
-    return combined
+        checked_conditions.append(_Condition(str(key), name, kind, attributes.COLUMNS[kind], lookup, checked))
+    return checked_conditions
 
 
 def _known(filters: dict[str, Any]) -> None:

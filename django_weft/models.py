@@ -143,6 +143,9 @@ class Workflow(models.Model):
             models.Index(fields=["parent"], condition=Q(parent__isnull=False), name="weft_children_idx"),
             models.Index(fields=["failure_category", "-created_at"], condition=~Q(failure_category=""),
                          name="weft_failure_category_idx"),
+            # weft.count_runs(group_by="type" | "status" | "failure_category") over many runs, also of one type:
+            # an index-only scan of a small index (few distinct keys, deduplicated).
+            models.Index(fields=["workflow_type", "status", "failure_category"], name="weft_group_idx"),
         ]
 
     def __str__(self) -> str:

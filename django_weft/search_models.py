@@ -9,6 +9,7 @@ so a filtered page, newest first, is read from one index.
 from __future__ import annotations
 
 from django.db import models
+from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 
 
@@ -28,12 +29,19 @@ class SearchAttributeValue(models.Model):
 
     class Meta:
         verbose_name = _("search attribute value")
+        # Each over the rows holding a value of its type (partial: a row fills one column), newest first per
+        # value; a comparison implies NOT NULL, and a count by attribute says it.
         indexes = [
-            models.Index(fields=["name", "int_value", "-created_at"], name="weft_attr_int_idx"),
-            models.Index(fields=["name", "decimal_value", "-created_at"], name="weft_attr_decimal_idx"),
-            models.Index(fields=["name", "keyword_value", "-created_at"], name="weft_attr_keyword_idx"),
-            models.Index(fields=["name", "datetime_value", "-created_at"], name="weft_attr_datetime_idx"),
-            models.Index(fields=["name", "bool_value", "-created_at"], name="weft_attr_bool_idx"),
+            models.Index(fields=["name", "int_value", "-created_at"], name="weft_attr_int_idx",
+                         condition=Q(int_value__isnull=False)),
+            models.Index(fields=["name", "decimal_value", "-created_at"], name="weft_attr_decimal_idx",
+                         condition=Q(decimal_value__isnull=False)),
+            models.Index(fields=["name", "keyword_value", "-created_at"], name="weft_attr_keyword_idx",
+                         condition=Q(keyword_value__isnull=False)),
+            models.Index(fields=["name", "datetime_value", "-created_at"], name="weft_attr_datetime_idx",
+                         condition=Q(datetime_value__isnull=False)),
+            models.Index(fields=["name", "bool_value", "-created_at"], name="weft_attr_bool_idx",
+                         condition=Q(bool_value__isnull=False)),
         ]
 
     def __str__(self) -> str:

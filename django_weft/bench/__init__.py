@@ -13,5 +13,7 @@
 * :mod:`.continue_bench`: the cost per signal of a run looping on signals with and without
   ``ctx.continue_as_new`` (``--continue-as-new``);
 * :mod:`.query_bench`: ``handle.query()`` against the history length of the run (``--query-latency``);
-* :mod:`.seed`: a large seeded history and the run admin's timings against it.
+* :mod:`.seed`: a large seeded history (with search attributes, for :mod:`.find_bench`) and the run admin's
+  timings against it;
+* :mod:`.find_bench`: ``weft.list_runs`` and ``weft.count_runs`` against it, with each query's plan (``--find``).
 """

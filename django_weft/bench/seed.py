@@ -8,9 +8,20 @@ databases get a ``bulk_create`` path meant for small sizes (tests, a laptop). Ev
 
 The mix: a year of history (``created_at`` evenly spread, newest last), about 80% completed, 5% failed,
 2% cancelled, 1% timed out, 8% waiting, 2% pending, 1.5% running and 0.5% suspended; six workflow types
-from 40% down to 1% of the runs. It satisfies the check constraints: finished runs have ``finished_at``,
-only open runs have ``runnable_at``, waiting runs hold no lease, and every open run has its own
-``workflow_id``.
+from 40% down to 1% of the runs; failed runs in failure categories (70% application, 15% timeout, 10%
+resource, 5% system; cancelled runs "cancellation", timed out ones "timeout"); 45% of the runs tagged
+(:data:`TAG_MIX`); the newest third on version 2. It satisfies the check constraints: finished runs have
+``finished_at``, only open runs have ``runnable_at``, waiting runs hold no lease, and every open run has its
+own ``workflow_id``.
+
+With ``attributes=True`` every run also carries the search attributes :data:`SEED_ATTRIBUTES` declares, on
+its row (``search_attributes``) and as :class:`~django_weft.models.SearchAttributeValue` rows inserted by
+the same statement (from the row's JSON, so both always agree): ``region`` (keyword, 8 regions from 30%
+down to 2%) and ``vip`` (bool, 5% true) on every run; ``customer_id`` (int) on the order, payment and email
+runs (80%), about 100,000 customers of a few runs each plus 10 large ones (1..10) with 0.2% of the runs
+each; ``amount`` (decimal, log-uniform from 1.00 to 10,000.00) and ``due`` (datetime, 1 to 30 days after
+``created_at``) on the order and payment runs (65%). The values are pseudo-random but fixed by the run's
+number (a hash), so a seed is repeatable.
 
 :func:`time_admin_pages` requests the run changelist (unfiltered, by status, by type, by a created-date
 range, a search by workflow id) and a run's detail page through Django's test ``Client`` in this process,
@@ -21,18 +32,24 @@ not bounded by a ``LIMIT`` (a full-table count).
 
 from __future__ import annotations
 
+import hashlib
+import json
+import math
 import re
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 from django.db import connections, reset_queries, router
 from django.test.utils import CaptureQueriesContext
 
 from .. import clock
-from ..models import RunStatus, Workflow, WorkflowStep
+from ..attributes import COLUMNS as attribute_columns
+from ..attributes import to_json
+from ..models import RunStatus, SearchAttributeValue, Workflow, WorkflowStep
 
 SEED_PREFIX = "bench.seed."
 SEED_ID_PREFIX = "bench-seed-"
@@ -46,6 +63,16 @@ STATUS_MIX = [
     (960, RunStatus.WAITING), (980, RunStatus.PENDING), (995, RunStatus.RUNNING), (1000, RunStatus.SUSPENDED),
 ]
 TYPE_MIX = [(40, "order"), (65, "payment"), (80, "email"), (90, "report"), (99, "sync"), (100, "audit")]
+# Per cent, cumulative, each over its own hash of the run's number.
+FAILURE_MIX = [(70, "application"), (85, "timeout"), (95, "resource"), (100, "system")]
+TAG_MIX: list[tuple[int, list[str]]] = [(55, []), (70, ["batch"]), (85, ["api"]), (92, ["api", "priority"]),
+                                        (97, ["batch", "nightly"]), (100, ["manual", "priority"])]
+REGION_MIX = [(30, "eu-west"), (55, "us-east"), (70, "us-west"), (80, "eu-central"), (88, "ap-south"),
+              (94, "ap-east"), (98, "sa-east"), (100, "af-south")]
+SEED_ATTRIBUTES = {"customer_id": "int", "region": "keyword", "amount": "decimal", "due": "datetime", "vip": "bool"}
+CUSTOMERS = 100_000
+LARGE_CUSTOMERS = 10  # customer_id 1..10: 2% of the runs with a customer between them
+MAX_AMOUNT = 10_000
 
 Progress = Callable[[str], None]
 
@@ -58,7 +85,7 @@ def _db() -> str:
     return router.db_for_write(Workflow)
 
 
-def _case(expr: str, mix: Sequence[tuple[int, str]], fmt: Callable[[str], str]) -> str:
+def _case(expr: str, mix: Sequence[tuple[int, Any]], fmt: Callable[[Any], str]) -> str:
     whens = " ".join(f"WHEN {expr} < {bound} THEN {fmt(value)}" for bound, value in mix[:-1])
     return f"CASE {whens} ELSE {fmt(mix[-1][1])} END"
 
@@ -71,20 +98,52 @@ def seed_status(i: int) -> str:
     return next(v for bound, v in STATUS_MIX if (i * 7919) % 1000 < bound)
 
 
-def seed(runs: int, steps_per_run: int = 10, progress: Progress | None = None) -> dict[str, Any]:
-    """Add ``runs`` seeded runs with ``steps_per_run`` journal rows each; returns counts and timings."""
+def _pick(mix: Sequence[tuple[int, Any]], value: int) -> Any:
+    return next(v for bound, v in mix if value < bound)
+
+
+def _hash(i: int, k: int) -> int:
+    """A repeatable pseudo-random 31-bit number for run ``i`` and purpose ``k`` (the ORM path's)."""
+    return int.from_bytes(hashlib.blake2b(b"%d:%d" % (i, k), digest_size=8).digest(), "big") & 0x7FFFFFFF
+
+
+def seed_failure_category(i: int, status: str) -> str:
+    if status == RunStatus.FAILED:
+        return str(_pick(FAILURE_MIX, _hash(i, 8) % 100))
+    return {str(RunStatus.CANCELLED): "cancellation", str(RunStatus.TIMED_OUT): "timeout"}.get(status, "")
+
+
+def seed_attributes(i: int, created: datetime) -> dict[str, Any]:
+    """The search attributes of seeded run ``i`` (the PostgreSQL path draws the same mix with its own hash)."""
+    values: dict[str, Any] = {"region": _pick(REGION_MIX, _hash(i, 3) % 100), "vip": _hash(i, 6) % 100 < 5}
+    if i % 100 < 80:
+        customer = _hash(i, 2)
+        large = _hash(i, 1) % 100 < 2
+        values["customer_id"] = 1 + customer % LARGE_CUSTOMERS if large else LARGE_CUSTOMERS + 1 + customer % CUSTOMERS
+    if i % 100 < 65:
+        amount = math.exp(math.log(MAX_AMOUNT) * (_hash(i, 4) % 1_000_000) / 1_000_000)
+        values["amount"] = Decimal(amount).quantize(Decimal("0.01"))
+        due = _hash(i, 5)
+        values["due"] = created + timedelta(days=1 + due % 30, hours=due // 30 % 24)
+    return values
+
+
+def seed(runs: int, steps_per_run: int = 10, progress: Progress | None = None, *,
+         attributes: bool = False) -> dict[str, Any]:
+    """Add ``runs`` seeded runs with ``steps_per_run`` journal rows each (and with ``attributes``, the search
+    attributes of :data:`SEED_ATTRIBUTES`); returns counts and timings."""
     progress = progress or _noop
     connection = connections[_db()]
     started = time.perf_counter()
     if connection.vendor == "postgresql":
-        _seed_postgresql(connection, runs, steps_per_run, progress)
+        _seed_postgresql(connection, runs, steps_per_run, progress, attributes)
     else:
         if runs > SQLITE_MAX_RUNS:
             raise ValueError(f"seeding more than {SQLITE_MAX_RUNS} runs needs PostgreSQL")
-        _seed_orm(runs, steps_per_run, progress)
+        _seed_orm(runs, steps_per_run, progress, attributes)
     seeded = time.perf_counter() - started
     return {"vendor": connection.vendor, "runs": runs, "steps_per_run": steps_per_run,
-            "steps": runs * steps_per_run, "seed_seconds": round(seeded, 1)}
+            "steps": runs * steps_per_run, "attributes": attributes, "seed_seconds": round(seeded, 1)}
 
 
 def _first_index(connection: Any) -> int:
@@ -92,31 +151,70 @@ def _first_index(connection: Any) -> int:
     return Workflow.objects.using(connection.alias).filter(workflow_type__startswith=SEED_PREFIX).count()
 
 
-def _seed_postgresql(connection: Any, runs: int, steps: int, progress: Progress) -> None:
+def _hash_sql(k: int) -> str:
+    return f"(hashint8extended(i::bigint, {k}) & 2147483647)"
+
+
+def _attributes_sql() -> str:
+    """The JSON of a seeded run's attributes (see :func:`seed_attributes`), over ``i`` and ``created_at``."""
+    region = _case(f"mod({_hash_sql(3)}, 100)", REGION_MIX, lambda v: f"'{v}'")
+    customer = (f"CASE WHEN mod({_hash_sql(1)}, 100) < 2 THEN 1 + mod({_hash_sql(2)}, {LARGE_CUSTOMERS}) "
+                f"ELSE {LARGE_CUSTOMERS + 1} + mod({_hash_sql(2)}, {CUSTOMERS}) END")
+    amount = f"round(exp(ln({MAX_AMOUNT}) * mod({_hash_sql(4)}, 1000000) / 1000000.0)::numeric, 2)"
+    due = (f"created_at + (1 + mod({_hash_sql(5)}, 30)) * interval '1 day' "
+           f"+ mod({_hash_sql(5)} / 30, 24) * interval '1 hour'")
+    return f"""jsonb_strip_nulls(jsonb_build_object(
+        'region', {region}, 'vip', mod({_hash_sql(6)}, 100) < 5,
+        'customer_id', CASE WHEN mod(i, 100) < 80 THEN {customer} END,
+        'amount', CASE WHEN mod(i, 100) < 65 THEN trim_scale({amount})::text END,
+        'due', CASE WHEN mod(i, 100) < 65 THEN {due} END))"""
+
+
+def _attribute_rows_sql() -> str:
+    """An INSERT of the SearchAttributeValue rows of the runs ``ins`` returned, from their JSON."""
+    casts = {"int": "bigint", "decimal": "numeric", "keyword": "text", "datetime": "timestamptz", "bool": "boolean"}
+    columns, values = [], []
+    for kind, cast in casts.items():
+        names = ", ".join(f"'{name}'" for name, declared in SEED_ATTRIBUTES.items() if declared == kind) or "NULL"
+        columns.append(attribute_columns[kind])
+        values.append(f"CASE WHEN a.key IN ({names}) THEN (a.value #>> '{{}}')::{cast} END")
+    return f"""INSERT INTO {SearchAttributeValue._meta.db_table} (run_id, name, {", ".join(columns)}, created_at)
+    SELECT ins.run_id, a.key, {", ".join(values)}, ins.created_at
+    FROM ins CROSS JOIN LATERAL jsonb_each(ins.search_attributes) AS a"""
+
+
+def _seed_postgresql(connection: Any, runs: int, steps: int, progress: Progress, attributes: bool) -> None:
     wf, st = Workflow._meta.db_table, WorkflowStep._meta.db_table
     now = clock.now()
     first = _first_index(connection)
     status = _case("mod(i::bigint * 7919, 1000)", STATUS_MIX, lambda v: f"'{v}'")
     wtype = _case("mod(i, 100)", TYPE_MIX, lambda v: f"'{SEED_PREFIX}{v}'")
+    failed_category = _case(f"mod({_hash_sql(8)}, 100)", FAILURE_MIX, lambda v: f"'{v}'")
+    tags = _case(f"mod({_hash_sql(7)}, 100)", TAG_MIX, lambda v: f"'{json.dumps(v)}'::jsonb")
     open_values = ", ".join(f"'{v}'" for v in RunStatus.open_values())
     # created_at: evenly over HISTORY_DAYS, the newest at "now"; i is the insertion order.
     total = first + runs
     sql = f"""
     WITH src AS (
-        SELECT i, {status} AS status, {wtype} AS workflow_type,
-               %(now)s::timestamptz - ((%(total)s - i) * (%(days)s * interval '1 day') / %(total)s) AS created_at
-        FROM generate_series(%(lo)s, %(hi)s) AS i
+        SELECT i, status, workflow_type, created_at,
+               {_attributes_sql() if attributes else "'{}'::jsonb"} AS search_attributes
+        FROM (SELECT i, {status} AS status, {wtype} AS workflow_type,
+                     %(now)s::timestamptz - ((%(total)s - i) * (%(days)s * interval '1 day') / %(total)s) AS created_at
+              FROM generate_series(%(lo)s, %(hi)s) AS i) AS base
     ), ins AS (
-        INSERT INTO {wf} (run_id, workflow_id, workflow_type, status, input, result, error, tags,
-                          search_attributes, runnable_at, wait_reason, lease_owner, fence, inbox_seq,
-                          awaiting_signals, parent_close_policy, created_at, started_at, updated_at,
-                          finished_at)
-        SELECT gen_random_uuid(), '{SEED_ID_PREFIX}' || i, workflow_type, status,
+        INSERT INTO {wf} (run_id, workflow_id, workflow_type, version, status, input, result, error, failure_category,
+                          termination_reason, tags, search_attributes, runnable_at, wait_reason, lease_owner, fence,
+                          inbox_seq, retries, recoveries, recovery_mark, awaiting_signals, parent_close_policy,
+                          created_at, started_at, updated_at, finished_at)
+        SELECT gen_random_uuid(), '{SEED_ID_PREFIX}' || i, workflow_type,
+               CASE WHEN i::bigint * 3 < 2 * %(total)s THEN 1 ELSE 2 END, status,
                '\\x81a26964ce'::bytea || int4send(i::int),
                CASE WHEN status = 'completed' THEN '\\x2a'::bytea END,
                CASE WHEN status = 'failed' THEN jsonb_build_object('type', 'ValueError', 'message',
                                                                    'seeded failure ' || i) END,
-               '[]'::jsonb, '{{}}'::jsonb,
+               CASE status WHEN 'failed' THEN {failed_category} WHEN 'cancelled' THEN 'cancellation'
+                           WHEN 'timed_out' THEN 'timeout' ELSE '' END, '',
+               {tags}, search_attributes,
                CASE status WHEN 'pending' THEN created_at
                            WHEN 'running' THEN %(now)s::timestamptz + interval '5 minutes'
                            WHEN 'waiting' THEN CASE WHEN mod(i, 2) = 0 THEN created_at + interval '400 days' END
@@ -124,27 +222,32 @@ def _seed_postgresql(connection: Any, runs: int, steps: int, progress: Progress)
                CASE WHEN status = 'waiting' THEN CASE WHEN mod(i, 2) = 0 THEN 'sleep' ELSE 'signal approve' END
                     ELSE '' END,
                CASE WHEN status = 'running' THEN 'bench-seed-worker' ELSE '' END,
-               CASE WHEN status = 'pending' THEN 0 ELSE 1 END, 0,
+               CASE WHEN status = 'pending' THEN 0 ELSE 1 END, 0, 0, 0, 0,
                CASE WHEN status = 'waiting' AND mod(i, 2) = 1 THEN '["approve"]'::jsonb ELSE '[]'::jsonb END,
                'terminate', created_at,
                CASE WHEN status = 'pending' THEN NULL ELSE created_at + interval '10 milliseconds' END,
                created_at + interval '2 seconds',
                CASE WHEN status IN ({open_values}) THEN NULL ELSE created_at + interval '2 seconds' END
         FROM src
-        RETURNING run_id, status, created_at
+        RETURNING run_id, status, created_at, search_attributes
+    ), journal AS (
+        INSERT INTO {st} (run_id, seq, kind, name, status, result, error, failure_category, attempt, started_at,
+                          finished_at)
+        SELECT ins.run_id, s, 'activity', 'bench.seed.step' || s,
+               CASE WHEN s = %(steps)s AND ins.status = 'failed' THEN 'failed'
+                    WHEN s = %(steps)s AND ins.status = 'waiting' THEN 'waiting' ELSE 'completed' END,
+               '\\x2a'::bytea,
+               CASE WHEN s = %(steps)s AND ins.status = 'failed'
+                    THEN '{{"type": "ValueError", "message": "seeded failure"}}'::jsonb END,
+               CASE WHEN s = %(steps)s AND ins.status = 'failed' THEN 'application' ELSE '' END,
+               1, ins.created_at + s * interval '100 milliseconds',
+               CASE WHEN s = %(steps)s AND ins.status = 'waiting' THEN NULL
+                    ELSE ins.created_at + s * interval '100 milliseconds' + interval '50 milliseconds' END
+        FROM ins CROSS JOIN generate_series(1, %(steps)s) AS s
     )
-    INSERT INTO {st} (run_id, seq, kind, name, status, result, error, attempt, started_at, finished_at)
-    SELECT ins.run_id, s, 'activity', 'bench.seed.step' || s,
-           CASE WHEN s = %(steps)s AND ins.status = 'failed' THEN 'failed'
-                WHEN s = %(steps)s AND ins.status = 'waiting' THEN 'waiting' ELSE 'completed' END,
-           '\\x2a'::bytea,
-           CASE WHEN s = %(steps)s AND ins.status = 'failed'
-                THEN '{{"type": "ValueError", "message": "seeded failure"}}'::jsonb END,
-           1, ins.created_at + s * interval '100 milliseconds',
-           CASE WHEN s = %(steps)s AND ins.status = 'waiting' THEN NULL
-                ELSE ins.created_at + s * interval '100 milliseconds' + interval '50 milliseconds' END
-    FROM ins CROSS JOIN generate_series(1, %(steps)s) AS s
+    {_attribute_rows_sql()}
     """
+    tables = [wf, st] + ([SearchAttributeValue._meta.db_table] if attributes else [])
     with connection.cursor() as cursor:
         for lo in range(first, first + runs, SEED_CHUNK):
             hi = min(lo + SEED_CHUNK, first + runs) - 1
@@ -155,25 +258,28 @@ def _seed_postgresql(connection: Any, runs: int, steps: int, progress: Progress)
                      f"({time.perf_counter() - t0:.1f} s)")
         progress("VACUUM ANALYZE ...")
         t0 = time.perf_counter()
-        cursor.execute(f"VACUUM ANALYZE {wf}")
-        cursor.execute(f"VACUUM ANALYZE {st}")
+        for table in tables:
+            cursor.execute(f"VACUUM ANALYZE {table}")
         progress(f"VACUUM ANALYZE done ({time.perf_counter() - t0:.1f} s)")
 
 
-def _seed_orm(runs: int, steps: int, progress: Progress) -> None:
+def _seed_orm(runs: int, steps: int, progress: Progress, attributes: bool) -> None:
     alias = _db()
     now = clock.now()
     first = _first_index(connections[alias])
     total = first + runs
     history = timedelta(days=HISTORY_DAYS)
     for lo in range(first, first + runs, 5000):
-        batch, journal = [], []
+        batch, journal, values = [], [], []
         for i in range(lo, min(lo + 5000, total)):
             status = seed_status(i)
             created = now - (total - i) * history / total
             is_open = status in RunStatus.open_values()
+            carried = seed_attributes(i, created) if attributes else {}
             run = Workflow(
                 workflow_id=f"{SEED_ID_PREFIX}{i}", workflow_type=seed_type(i), status=status,
+                version=1 if i * 3 < 2 * total else 2, failure_category=seed_failure_category(i, status),
+                tags=_pick(TAG_MIX, _hash(i, 7) % 100), search_attributes={k: to_json(v) for k, v in carried.items()},
                 input=b"\x81\xa2id\xce" + i.to_bytes(4, "big"), result=b"\x2a" if status == "completed" else None,
                 error={"type": "ValueError", "message": f"seeded failure {i}"} if status == "failed" else None,
                 runnable_at=(created if status == "pending" else now + timedelta(minutes=5)
@@ -184,6 +290,9 @@ def _seed_orm(runs: int, steps: int, progress: Progress) -> None:
                 updated_at=created + timedelta(seconds=2),
                 finished_at=None if is_open else created + timedelta(seconds=2))
             batch.append(run)
+            values += [SearchAttributeValue(run=run, name=name, created_at=created,
+                                            **{attribute_columns[SEED_ATTRIBUTES[name]]: value})
+                       for name, value in carried.items()]
             for s in range(1, steps + 1):
                 last = s == steps
                 journal.append(WorkflowStep(
@@ -195,6 +304,7 @@ def _seed_orm(runs: int, steps: int, progress: Progress) -> None:
                         milliseconds=150)))
         Workflow.objects.using(alias).bulk_create(batch)
         WorkflowStep.objects.using(alias).bulk_create(journal, batch_size=2000)
+        SearchAttributeValue.objects.using(alias).bulk_create(values, batch_size=2000)
         progress(f"seeded runs {lo - first + 1}..{lo - first + len(batch)} of {runs}")
 
 
@@ -208,12 +318,16 @@ def cleanup(progress: Progress | None = None) -> dict[str, int]:
     seeded = Workflow.objects.using(alias).filter(workflow_type__startswith=SEED_PREFIX)
     if connection.vendor == "postgresql":
         wf, st = Workflow._meta.db_table, WorkflowStep._meta.db_table
+        sav = SearchAttributeValue._meta.db_table
         with connection.cursor() as cursor:
+            cursor.execute(f"DELETE FROM {sav} WHERE run_id IN (SELECT run_id FROM {wf} "
+                           "WHERE workflow_type LIKE %s)", [SEED_PREFIX + "%"])
+            progress(f"deleted {cursor.rowcount} search attribute rows")
             cursor.execute(f"DELETE FROM {st} WHERE run_id IN (SELECT run_id FROM {wf} "
                            "WHERE workflow_type LIKE %s)", [SEED_PREFIX + "%"])
             steps = cursor.rowcount
             progress(f"deleted {steps} journal rows")
-        # Runs: through the ORM so the (empty) timers, signals and async rows cascade, in chunks.
+        # Runs, in chunks (seeded runs have no timers, signals or async rows to cascade to).
         runs = 0
         while True:
             ids = list(seeded.values_list("pk", flat=True)[:50_000])
@@ -222,8 +336,8 @@ def cleanup(progress: Progress | None = None) -> dict[str, int]:
             runs += Workflow.objects.using(alias).filter(pk__in=ids)._raw_delete(alias)
             progress(f"deleted {runs} runs")
         with connection.cursor() as cursor:
-            cursor.execute(f"VACUUM ANALYZE {wf}")
-            cursor.execute(f"VACUUM ANALYZE {st}")
+            for table in (wf, st, sav):
+                cursor.execute(f"VACUUM ANALYZE {table}")
     else:
         steps = WorkflowStep.objects.using(alias).filter(run__workflow_type__startswith=SEED_PREFIX).delete()[0]
         runs = seeded.delete()[1].get(Workflow._meta.label, 0)

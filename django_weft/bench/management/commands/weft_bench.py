@@ -1,13 +1,13 @@
 """manage.py weft_bench: throughput and latency of django_weft, as ratios of the database's commit rate.
 
 Only in projects with ``"django_weft.bench"`` in INSTALLED_APPS. ``--processes``, ``--celery-workers`` and
-``--latency`` execute in subprocesses: see django_weft.bench.processes, .celery_worker and .latency;
-``--parallel`` compares parallel branches with sequential steps (django_weft.bench.parallel),
-``--replay-check`` times the replay check over seeded runs (django_weft.bench.replay_bench),
-``--continue-as-new`` the wake cost of a run looping on signals (django_weft.bench.continue_bench) and
-``--query-latency`` handle.query() against history length (django_weft.bench.query_bench). It
-refuses to run beside live executors, and deletes what it created however it ends: normally, on an error,
-on Ctrl-C or SIGTERM (a second signal exits at once, without the cleanup).
+``--latency`` execute in subprocesses: see django_weft.bench.processes, .celery_worker and .latency; ``--parallel``
+compares parallel branches with sequential steps (django_weft.bench.parallel), ``--replay-check`` times the
+replay check over seeded runs (django_weft.bench.replay_bench), ``--continue-as-new`` the wake cost of a run
+looping on signals (django_weft.bench.continue_bench), ``--query-latency`` handle.query() against history
+length (django_weft.bench.query_bench) and ``--find`` weft.list_runs / count_runs over seeded runs, which it
+keeps (django_weft.bench.find_bench). It refuses to run beside live executors, and deletes what it created
+however it ends: normally, on an error, on Ctrl-C or SIGTERM (a second signal exits at once, without cleanup).
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
+
+from django_weft.bench import find_bench
 
 
 def check_sizes(*, workflows: int, steps: int, workers: int, probe_seconds: float, timeout: float) -> None:
@@ -108,7 +110,7 @@ class Command(BaseCommand):
         "and the journal load and dry replay alone (see django_weft.bench.query_bench). It refuses to run while "
         "executors are live on the database (their heartbeat rows), and deletes what it created on every exit "
         "path, SIGTERM and Ctrl-C included."
-    )
+    ) + find_bench.HELP
 
     def progress_writer(self) -> Callable[[str], None]:
         """Progress lines go to stderr, so stdout's last line stays the JSON figures."""
@@ -184,6 +186,7 @@ class Command(BaseCommand):
         parser.add_argument("--continue-every", type=int, default=None,
                             help="With --continue-as-new: signals per run before it continues as new "
                                  "(default 100).")
+        find_bench.add_arguments(parser)
         parser.add_argument("--interval", type=float, default=None,
                             help="Poll interval of the weft_maintenance subprocesses (--latency: default 1; "
                                  "--processes: default WEFT_POLL_INTERVAL).")
@@ -191,7 +194,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         with interruptible():
             try:
-                self.handle_mode(**options)
+                self.run_mode(*find_bench.mode(options)) if find_bench.chosen(options) else self.handle_mode(**options)
             except KeyboardInterrupt as exc:
                 what = "its runs were kept (--keep)" if options["keep"] else "everything it created was deleted"
                 raise CommandError(f"weft_bench: interrupted ({exc or 'SIGINT'}); {what}") from None
