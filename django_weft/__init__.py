@@ -23,6 +23,7 @@ from .exceptions import (
     ActivityError,
     ActivityTimeout,
     BranchCancelled,
+    BulkConfirmationError,
     ChildWorkflowFailed,
     ConfigurationError,
     FencingError,
@@ -56,6 +57,8 @@ from .exceptions import (
 from .registry import workflow
 
 if TYPE_CHECKING:
+    from . import bulk
+    from .bulk import BulkPreview, BulkResult
     from .client import WorkflowHandle, cancel, get_handle, signal, start, terminate
     from .finding import count_runs, list_runs
     from .maintenance import MaintenanceReport, run_maintenance
@@ -81,6 +84,8 @@ _LAZY = {
     "StartOrUpdateResult": "with_start",
     "UpdateHandle": "updates",
     "list_runs": "finding",
+    "BulkPreview": "bulk",
+    "BulkResult": "bulk",
     "count_runs": "finding",
     "ChildHandle": "runtime.context",
     "run_maintenance": "maintenance",
@@ -94,11 +99,13 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
+    from importlib import import_module
+
+    if name == "bulk":  # weft.bulk.cancel(...): the module, loaded on first use
+        return import_module("django_weft.bulk")
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'django_weft' has no attribute {name!r}")
-    from importlib import import_module
-
     return getattr(import_module(f"django_weft.{module}"), name)
 
 
@@ -108,6 +115,9 @@ __all__ = [
     "ActivityInfo",
     "ActivityTimeout",
     "BranchCancelled",
+    "BulkConfirmationError",
+    "BulkPreview",
+    "BulkResult",
     "ChildHandle",
     "ChildWorkflowFailed",
     "ConfigurationError",
@@ -149,6 +159,7 @@ __all__ = [
     "WorkflowTimedOut",
     "activity",
     "activity_info",
+    "bulk",
     "cancel",
     "complete_async",
     "complete_async_activity",

@@ -76,6 +76,11 @@ class TransitionNotAllowed(WeftError):
     """The run's status does not allow the requested change."""
 
 
+class BulkConfirmationError(WeftError):
+    """A bulk operation's confirmation token does not confirm it: the runs matching its filter changed since the
+    preview, or the token is of another operation or filter, or forged. Nothing was done; preview again."""
+
+
 class FencingError(WeftError):
     """A commit was refused because the run was taken from this executor."""
 

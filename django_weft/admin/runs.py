@@ -32,6 +32,7 @@ from ..models import (
 )
 from ..registry import registered_workflow_names
 from ..tokens import read_task_token
+from .bulk import bulk_context, bulk_urls
 from .common import (
     BoundedPaginator,
     Operation,
@@ -230,7 +231,8 @@ class WorkflowAdmin(OperationsMixin, ReadOnlyMixin, admin.ModelAdmin):
         return counts
 
     def changelist_view(self, request: HttpRequest, extra_context: dict | None = None) -> HttpResponse:
-        extra_context = {**(extra_context or {}), "status_counts": self.status_counts(request)}
+        extra_context = {**(extra_context or {}), "status_counts": self.status_counts(request),
+                         **bulk_context(self, request)}
         if request.method == "GET":
             # Where a new user looks first: runs waiting for an executor that is not there.
             hint = liveness.stalled_hint()
@@ -291,6 +293,7 @@ class WorkflowAdmin(OperationsMixin, ReadOnlyMixin, admin.ModelAdmin):
 
     def get_urls(self) -> list:
         return [
+            *bulk_urls(self),
             path("<path:object_id>/signal/", self.admin_site.admin_view(self.signal_view),
                  name="django_weft_workflow_signal"),
             path("<path:object_id>/async/", self.admin_site.admin_view(self.async_view),
