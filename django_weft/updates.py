@@ -17,12 +17,11 @@ from typing import Any
 
 from django.db import IntegrityError, connections, router, transaction
 
-from . import client, clock, transitions
+from . import client, clock, queries, transitions
 from .codec import decode, encode
 from .durations import to_seconds
 from .exceptions import InvalidArgument, UpdateFailed, UpdateRejected, WorkflowClosed, WorkflowNotFound
-from .models import RunStatus, Timer, UpdateStatus, Workflow, WorkflowStep, WorkflowUpdate
-from .replay_check import replay_dry
+from .models import RunStatus, UpdateStatus, Workflow, WorkflowUpdate
 from .starts import check_id, check_opaque_id
 from .wakeups import UPDATE_CHANNEL, notifies
 
@@ -147,9 +146,7 @@ def check_update(name: Any, payload: Any, update_id: Any) -> tuple[bytes, str]:
 def validate(run: Workflow, name: str, payload: Any, *, fresh: bool = False) -> None:
     """Rebuild ``run``'s state (nothing runs, nothing is written) and check the update against it: its code
     must register a handler ``name``, and the handler's validator must accept ``payload``."""
-    steps = () if fresh else WorkflowStep.objects.filter(run=run)
-    timers = () if fresh else Timer.objects.filter(run=run, fired_at__isnull=True, seq__isnull=False)
-    ctx, stopped = replay_dry(run, steps, timers)
+    ctx, stopped = queries.replay(run, [], []) if fresh else queries.replay(run)
     if stopped is not None:
         raise UpdateRejected(f"update {name!r} of run {run.run_id}: the run's code could not be replayed "
                              f"({type(stopped).__name__}: {stopped})", name=name) from stopped

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -176,3 +177,29 @@ def assert_ran_in(key: str, *expected: Proc) -> None:
     actual = [names.get(pid, f"pid {pid}") for pid in pids_of(key)]
     assert actual == [proc.name for proc in expected], (
         f"{key!r} executed in {actual}, expected in {[proc.name for proc in expected]}")
+
+
+def in_threads(count: int, action: Callable[[int], object], timeout: float = 60) -> list:
+    """``action(i)`` in ``count`` threads that start together (each connected first, so the actions themselves
+    race); their results, or the exceptions they raised, by index."""
+    results: list = [None] * count
+    barrier = threading.Barrier(count)
+
+    def target(index: int) -> None:
+        try:
+            connection.ensure_connection()
+            barrier.wait(30)
+            results[index] = action(index)
+        except BaseException as exc:  # reported by the callers' assertions
+            results[index] = exc
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=target, args=(i,), daemon=True) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + timeout
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    assert not any(thread.is_alive() for thread in threads), f"threads did not finish within {timeout:g}s"
+    return results

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from datetime import timedelta
 
 import pytest
-from django.db import connection, transaction
+from django.db import transaction
 from django.test import override_settings
 
 import django_weft as weft
@@ -23,7 +22,7 @@ from django_weft.models import (
     WorkflowStep,
     WorkflowUpdate,
 )
-from tests.procs import wait_until
+from tests.procs import in_threads, wait_until
 from tests.testapp.fork_workflows import BUG
 from tests.testapp.workflows import executions
 
@@ -35,30 +34,6 @@ def buggy_again():
     BUG["fixed"] = False
     yield
     BUG["fixed"] = False
-
-
-def in_threads(count: int, action) -> list:
-    """``action(i)`` in ``count`` threads started together: their results (or exceptions), by index."""
-    results: list = [None] * count
-    barrier = threading.Barrier(count)
-
-    def target(index: int) -> None:
-        try:
-            connection.ensure_connection()  # connect first, so the actions themselves race
-            barrier.wait(30)
-            results[index] = action(index)
-        except BaseException as exc:  # reported by the assertions
-            results[index] = exc
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=target, args=(i,), daemon=True) for i in range(count)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
-    assert not any(thread.is_alive() for thread in threads), "threads did not finish within 60s"
-    return results
 
 
 def journal(handle) -> list[tuple[int, str, str]]:

@@ -4,42 +4,17 @@ threads, and an executor SIGKILLed while it applies an update."""
 from __future__ import annotations
 
 import signal
-import threading
 
 import pytest
-from django.db import connections
 
 import django_weft as weft
 from django_weft.models import RunStatus, StepKind, UpdateStatus, WorkflowStep, WorkflowUpdate
-from tests.procs import SHORT_LEASE, pids_of, wait_until
+from tests.procs import SHORT_LEASE, in_threads, pids_of, wait_until
 from tests.testapp.update_process_workflows import KILL_IN_ACTIVITY, KILL_IN_HANDLER
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
 
 DEADLINE = 60
-
-
-def in_threads(count: int, action) -> list:
-    """Run ``action(i)`` in ``count`` threads started together; their results (or exceptions), by index."""
-    results: list = [None] * count
-    barrier = threading.Barrier(count)
-
-    def target(index: int) -> None:
-        try:
-            barrier.wait(10)
-            results[index] = action(index)
-        except BaseException as exc:  # reported by the assertions below
-            results[index] = exc
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=target, args=(i,)) for i in range(count)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(DEADLINE)
-    assert not any(thread.is_alive() for thread in threads), "a sender thread hung"
-    return results
 
 
 def parked(handle) -> bool:

@@ -3,19 +3,19 @@ IdempotencyKeyPurged and starts nothing."""
 
 from __future__ import annotations
 
-import threading
 import time
 from datetime import timedelta
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.db import connection, transaction
+from django.db import transaction
 from django.test import override_settings
 from django.urls import reverse
 
 import django_weft as weft
 from django_weft.maintenance import delete_finished_runs
 from django_weft.models import RunStatus, Signal, SpentIdempotencyKey, Workflow
+from tests.procs import in_threads
 from tests.testapp.workflows import executions
 
 pytestmark = pytest.mark.django_db
@@ -122,30 +122,6 @@ def test_a_key_moves_down_its_chain_when_a_continued_run_is_purged(weft_env):
 
 
 # --- PostgreSQL: threads ---------------------------------------------------------------------------------
-
-
-def in_threads(count: int, action) -> list:
-    results: list = [None] * count
-    barrier = threading.Barrier(count)
-
-    def target(index: int) -> None:
-        try:
-            connection.ensure_connection()
-            barrier.wait(30)
-            results[index] = action(index)
-        except BaseException as exc:  # reported by the assertions
-            results[index] = exc
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=target, args=(i,), daemon=True) for i in range(count)]
-    for thread in threads:
-        thread.start()
-    deadline = time.monotonic() + 60
-    for thread in threads:
-        thread.join(max(0.0, deadline - time.monotonic()))
-    assert not any(thread.is_alive() for thread in threads), "threads did not finish within 60s"
-    return results
 
 
 @pytest.mark.django_db(transaction=True)

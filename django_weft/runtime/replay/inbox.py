@@ -163,6 +163,7 @@ class Inbox(Signals, Handlers):
         seq = self._take_position()
         now = clock.now()
         payload = decode(update.payload)
+        value: Any = None
         reply: bytes | None = None
         error: dict | None = None
         try:
@@ -172,7 +173,7 @@ class Inbox(Signals, Handlers):
             error = error_dict(exc)
         status = StepStatus.FAILED if error else StepStatus.COMPLETED
         # The row keeps the payload (a replay applies it again from the journal alone) and the reply.
-        row = encode({"payload": payload, "reply": None if reply is None else decode(reply)})
+        row = encode({"payload": payload, "reply": None if reply is None else value})
         self._defer(self._record(self._step(seq, StepKind.UPDATE, update.name, status, result=row, error=error,
                                             started=now, finished=now, failure_category=error_category(error) if
                                             error else ""), None))
