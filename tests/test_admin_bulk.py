@@ -151,7 +151,7 @@ def test_the_changelist_query_string_maps_to_runs_matching_filters():
     assert admin_bulk.changelist_filters(QueryDict("version=two&colour=red"))[1] == [
         "version (version must be a whole number, got 'two')", "colour"]
     with override_settings(WEFT_SEARCH_ATTRIBUTES={"amount": "decimal", "region": "keyword"}):
-        filters, unsupported = admin_bulk.changelist_filters(QueryDict("attr__amount__gte=10&attr__region=eu"))
+        filters, unsupported = admin_bulk.changelist_filters(QueryDict("attr_amount__gte=10&attr_region=eu"))
         assert unsupported == [] and filters == {"attributes": {"amount__gte": 10, "region": "eu"}}
 
 

@@ -47,7 +47,7 @@ def listed(client, **params) -> list[str]:
     return sorted(run.workflow_id for run in page.context["cl"].result_list)
 
 
-@pytest.mark.parametrize("params, expected", [
+FILTERED = [
     ({}, ["a", "b", "c"]),
     ({"attr_customer_id": "7"}, ["a"]),
     ({"attr_customer_id__gte": "8"}, ["b"]),
@@ -68,9 +68,23 @@ def listed(client, **params) -> list[str]:
     ({"tag": "eu"}, ["a", "b"]),
     ({"tag": "eu, vip"}, ["a"]),
     ({"tag": "eu", "attr_region": "us", "status__exact": "pending"}, ["b"]),
-])
+]
+
+
+@pytest.mark.parametrize("params, expected", FILTERED)
 def test_each_filter_matches_what_list_runs_matches(staff_client, runs, params, expected):
     assert listed(staff_client, **params) == expected
+
+
+@pytest.mark.parametrize("params, expected", [case for case in FILTERED if any(case[0].values())])
+def test_all_runs_matching_each_filter_are_the_runs_the_list_shows(staff_client, runs, params, expected):
+    body = staff_client.get(reverse(RUNS), params).content.decode()
+    assert f"All {len(expected)} run" in body and "weft-bulk-cancel" in body
+    page = staff_client.get(reverse("admin:django_weft_workflow_bulk", args=["cancel"]), params)
+    assert page.status_code == 200
+    preview = page.context["preview"]
+    assert preview.matched == len(expected)
+    assert sorted(run.workflow_id for run in page.context["sample"]) == expected
 
 
 @pytest.mark.parametrize("params, message", [

@@ -7,7 +7,7 @@ in between is refused (BulkConfirmationError) and previewed afresh. Every operat
 BulkOperation, which :class:`BulkOperationAdmin` lists (read-only).
 
 The changelist's query string is mapped to the filters of ``runs_matching`` by :data:`PARAMETERS` (exact
-parameter names) and :data:`PREFIXES` (``attr__<name>[__lookup]=<text>`` for search attributes). A changelist
+parameter names) and :data:`PREFIXES` (``attr_<name>[__lookup]=<text>``, the parameters of the attribute filters in ``admin/filters.py``). A changelist
 narrowed by anything else (the search box, a filter with no mapping) offers no bulk operation: the bulk set
 would not be the list the user sees. A list filter of its own registers its parameters with
 :func:`register_parameter` or :func:`register_prefix`.
@@ -33,6 +33,7 @@ from ..exceptions import BulkConfirmationError, InvalidArgument, WeftError
 from ..finding import runs_matching
 from ..models import BulkOperation, Schedule, Workflow
 from .common import ReadOnlyMixin, badge, pre, pretty_value
+from .filters import ATTRIBUTE_PREFIX
 
 if TYPE_CHECKING:
     from django_stubs_ext import StrOrPromise
@@ -52,7 +53,7 @@ PrefixHandler = Callable[[str, str, dict[str, Any]], None]
 
 def _listed(key: str) -> Handler:
     def handle(value: str, filters: dict[str, Any]) -> None:
-        filters.setdefault(key, []).extend(part for part in value.split(",") if part)
+        filters.setdefault(key, []).extend(part.strip() for part in value.split(",") if part.strip())
 
     return handle
 
@@ -95,7 +96,7 @@ PARAMETERS: dict[str, Handler] = {
     "parent": _parent, "parent__exact": _parent, "parent__run_id__exact": _parent,
     "created_at__gte": _moment("created_after"), "created_at__lt": _moment("created_before"),
 }
-PREFIXES: dict[str, PrefixHandler] = {"attr__": _attribute}
+PREFIXES: dict[str, PrefixHandler] = {ATTRIBUTE_PREFIX: _attribute}
 
 
 def register_parameter(name: str, handler: Handler) -> None:

@@ -131,6 +131,8 @@ INPUTS: dict[str, tuple[tuple[str, str, Any], ...]] = {
     "text": (("__contains", "contains", _("contains")),),
 }
 HTML_TYPES = {"int": "number", "datetime": "datetime-local"}
+# An attribute's changelist parameters are this, its name and a suffix of INPUTS (admin/bulk maps them back).
+ATTRIBUTE_PREFIX = "attr_"
 
 
 class AttributeFilter(InputFilter):
@@ -183,7 +185,7 @@ def attribute_filters() -> list[type]:
     classes: list[type] = []
     for name, kind in sorted(attributes.declared().items()):
         title = name.replace("_", " ")
-        parameter = f"attr_{name}"
+        parameter = f"{ATTRIBUTE_PREFIX}{name}"
         if kind == "bool":
             classes.append(type(f"{name}_filter", (BoolAttributeFilter,),
                                 {"title": title, "parameter_name": parameter, "attribute": name}))
