@@ -10,7 +10,7 @@ MANAGE := $(PY) testproject/manage.py
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[postgres,celery]" --group dev
+	$(PY) -m pip install --quiet -e ".[postgres,celery,api,metrics,tracing]" --group dev
 	touch $@
 
 demo: $(VENV)/.installed

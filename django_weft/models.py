@@ -54,6 +54,8 @@ class Workflow(models.Model):
     )
     tags = models.JSONField(default=list, blank=True)
     search_attributes = models.JSONField(default=dict, blank=True)
+    # The W3C trace context (traceparent...) of the code that started the run: its execution spans link to it.
+    trace_context = models.JSONField(null=True, blank=True)
     runnable_at = models.DateTimeField(null=True, blank=True)
     wait_reason = models.CharField(max_length=255, blank=True)
     lease_owner = models.CharField(max_length=255, blank=True)
@@ -238,6 +240,7 @@ class Signal(models.Model):
     received_at = models.DateTimeField()
     consumed_at = models.DateTimeField(null=True, blank=True)
     consumed_by_seq = models.PositiveIntegerField(null=True, blank=True)
+    trace_context = models.JSONField(null=True, blank=True, help_text=_("The sender's W3C trace context."))
 
     class Meta:
         verbose_name = _("signal")
@@ -441,6 +444,7 @@ class ScheduleOccurrence(models.Model):
 
 
 # The heartbeat rows (of processes and of activity attempts) live in a module of their own.
+from .api_models import ApiKey  # noqa: E402
 from .audit_models import BulkOperation, BulkOperationStatus, SpentIdempotencyKey  # noqa: E402
 from .heartbeat_models import ActivityHeartbeat, Executor, ExecutorKind  # noqa: E402
 from .search_models import SearchAttributeValue  # noqa: E402
@@ -448,6 +452,7 @@ from .update_models import WorkflowUpdate  # noqa: E402
 
 __all__ = [
     "ActivityHeartbeat",
+    "ApiKey",
     "AsyncActivity",
     "AsyncStatus",
     "BulkOperation",
