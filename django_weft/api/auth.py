@@ -1,0 +1,60 @@
+"""Who calls, and what they may do.
+
+Two ways in: an API key (``Authorization: Bearer weft_...``, see :mod:`django_weft.api_keys`) or the Django
+session of a logged-in user (the admin's own pages; unsafe methods then need the CSRF token). Either way
+each operation checks one model permission, the same the admin checks (``django_weft.cancel_workflow``...):
+a key holds its permissions, a user has them through Django's auth (superusers have all).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest
+from ninja.security import HttpBearer, SessionAuth
+
+from .. import api_keys
+from ..models import ApiKey
+from .errors import ApiError
+
+APP = "django_weft"
+
+
+class BearerKey(HttpBearer):
+    def authenticate(self, request: HttpRequest, token: str) -> ApiKey | None:
+        return api_keys.authenticate(token)
+
+
+class StaffSession(SessionAuth):
+    """A logged-in, active user (permissions are checked per operation)."""
+
+    def authenticate(self, request: HttpRequest, key: str | None) -> Any:
+        user = getattr(request, "user", None)
+        if user is not None and user.is_authenticated and user.is_active:
+            return user
+        return None
+
+
+AUTH = [BearerKey(), StaffSession()]
+
+
+def permitted(request: HttpRequest, codename: str) -> bool:
+    permission = f"{APP}.{codename}"
+    principal = getattr(request, "auth", None)
+    if isinstance(principal, ApiKey):
+        return api_keys.has_permission(principal, permission)
+    return bool(principal is not None and principal.has_perm(permission))
+
+
+def require(request: HttpRequest, codename: str) -> None:
+    """Refuse with 403 unless the caller holds ``django_weft.<codename>``."""
+    if not permitted(request, codename):
+        raise ApiError(403, "forbidden", f"this operation needs the permission {APP}.{codename}")
+
+
+def caller(request: HttpRequest) -> str:
+    """Who called, for audit records and reasons: ``key:<name>`` or the user name."""
+    principal = getattr(request, "auth", None)
+    if isinstance(principal, ApiKey):
+        return f"key:{principal.name}"
+    return principal.get_username() if principal is not None else "anonymous"

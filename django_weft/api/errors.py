@@ -1,0 +1,111 @@
+"""Every API error as ``{"error": message, "code": stable code}``.
+
+The codes are part of the API (clients branch on them); the messages are for people. django_weft's own
+exceptions map by class (the most specific first); ninja's validation and authentication errors and Django's
+404 join them. Nothing a client sends should produce a 500: what is not listed here is a bug.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from django.http import Http404, HttpRequest, HttpResponse
+from ninja.errors import AuthenticationError, AuthorizationError, HttpError, ValidationError
+
+from .. import exceptions as weft
+
+if TYPE_CHECKING:
+    from ninja import NinjaAPI
+
+# exception class -> (HTTP status, code), most specific first: the first that matches wins.
+WEFT_ERRORS: tuple[tuple[type[Exception], int, str], ...] = (
+    (weft.PayloadTooLarge, 413, "payload_too_large"),
+    (weft.PayloadNotSerializable, 422, "payload_not_serializable"),
+    (weft.WorkflowNotRegistered, 422, "unknown_workflow"),
+    (weft.IdempotencyKeyPurged, 409, "idempotency_key_purged"),
+    (weft.WorkflowAlreadyExists, 409, "workflow_already_exists"),
+    (weft.WorkflowClosed, 409, "workflow_closed"),
+    (weft.TransitionNotAllowed, 409, "transition_not_allowed"),
+    (weft.BulkConfirmationError, 409, "bulk_set_changed"),
+    (weft.StartOrSignalConflict, 409, "start_or_signal_conflict"),
+    (weft.ScheduleAlreadyExists, 409, "schedule_already_exists"),
+    (weft.TaskTokenAlreadyUsed, 409, "token_already_used"),
+    (weft.InvalidTaskToken, 404, "invalid_token"),
+    (weft.WorkflowNotFound, 404, "workflow_not_found"),
+    (weft.ScheduleNotFound, 404, "schedule_not_found"),
+    (weft.QueryNotFound, 422, "query_not_found"),
+    (weft.QueryFailed, 422, "query_failed"),
+    (weft.UpdateRejected, 422, "update_rejected"),
+    (weft.UpdateFailed, 422, "update_failed"),
+    (weft.WaitTimeout, 408, "timeout"),
+    (weft.InvalidArgument, 422, "invalid_argument"),
+    (weft.PayloadError, 422, "invalid_payload"),
+)
+
+# Statuses raised with ApiError / HttpError without a code of their own.
+STATUS_CODES = {400: "bad_request", 401: "unauthenticated", 403: "forbidden", 404: "not_found",
+                405: "method_not_allowed", 408: "timeout", 409: "conflict", 413: "payload_too_large",
+                422: "invalid_argument"}
+
+
+class ApiError(HttpError):
+    """An error a route raises itself: ``ApiError(403, "forbidden", "you may not cancel runs")``."""
+
+    def __init__(self, status_code: int, code: str, message: str) -> None:
+        super().__init__(status_code, message)
+        self.code = code
+
+
+def error_response(api: NinjaAPI, request: HttpRequest, status: int, code: str, message: str) -> HttpResponse:
+    return api.create_response(request, {"error": message, "code": code}, status=status)
+
+
+def weft_status(exc: Exception) -> tuple[int, str] | None:
+    for cls, status, code in WEFT_ERRORS:
+        if isinstance(exc, cls):
+            return status, code
+    return None
+
+
+def _validation_message(exc: ValidationError) -> str:
+    parts = []
+    for error in exc.errors[:5]:
+        where = ".".join(str(part) for part in error.get("loc", ()) if part not in ("body", "payload"))
+        parts.append(f"{where}: {error.get('msg', 'invalid')}" if where else str(error.get("msg", "invalid")))
+    return "; ".join(parts) or "invalid request"
+
+
+def install(api: NinjaAPI) -> None:
+    """(ninja types a handler's exception as the class or an instance, hence ``Any``.) Replace ninja's error bodies (``{"detail": ...}``) with ours, and map django_weft's exceptions."""
+
+    def on_weft_error(request: HttpRequest, exc: Any) -> HttpResponse:
+        mapped = weft_status(exc)
+        if mapped is None:
+            raise exc
+        return error_response(api, request, mapped[0], mapped[1], str(exc))
+
+    def on_http_error(request: HttpRequest, exc: Any) -> HttpResponse:
+        status = exc.status_code
+        if isinstance(exc, AuthenticationError):
+            return error_response(api, request, 401, "unauthenticated",
+                                  "authentication required: Authorization: Bearer <API key>, or a session")
+        if isinstance(exc, AuthorizationError):
+            return error_response(api, request, 403, "forbidden", str(exc) or "forbidden")
+        code = getattr(exc, "code", None) or STATUS_CODES.get(status, "error")
+        message = str(exc)
+        if status == 400 and message.startswith("Cannot parse request body"):
+            message = "the body must be JSON"
+        if status == 403 and "CSRF" in message:
+            code, message = "csrf_failed", "CSRF check failed: send the X-CSRFToken header with a session"
+        return error_response(api, request, status, code, message)
+
+    def on_validation_error(request: HttpRequest, exc: Any) -> HttpResponse:
+        return error_response(api, request, 422, "invalid_request", _validation_message(exc))
+
+    def on_404(request: HttpRequest, exc: Any) -> HttpResponse:
+        return error_response(api, request, 404, "not_found", str(exc) or "not found")
+
+    api.add_exception_handler(weft.WeftError, on_weft_error)
+    api.add_exception_handler(HttpError, on_http_error)
+    api.add_exception_handler(ValidationError, on_validation_error)
+    api.add_exception_handler(Http404, on_404)

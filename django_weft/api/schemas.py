@@ -1,0 +1,127 @@
+"""Request and response bodies. The OpenAPI document is written from these, so what it says is what the
+routes check and return. Payloads (``input``, ``payload``, ``result``) are any JSON value; they are stored as
+msgpack like every payload, and a result holding a value JSON has no type for is shown as :func:`as_json`
+writes it."""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import uuid
+from decimal import Decimal
+from typing import Any, Literal
+
+from ninja import Schema
+from pydantic import Field
+
+from ..codec import decode
+from ..models import Workflow
+
+ID = Field(min_length=1, max_length=255)
+
+
+class ErrorOut(Schema):
+    error: str
+    code: str
+
+
+# The error responses every route may give (its own success status beside them in ``response=``).
+ERRORS: dict[int, type[Schema]] = {status: ErrorOut for status in (400, 401, 403, 404, 409, 413, 422)}
+
+
+class StartIn(Schema):
+    workflow: str = Field(min_length=1, max_length=200, description="The registered workflow name.")
+    input: Any = None
+    workflow_id: str | None = Field(None, min_length=1, max_length=255)
+    idempotency_key: str | None = Field(None, min_length=1, max_length=255)
+    start_after: float | None = Field(None, ge=0, description="Seconds to wait before the run starts.")
+    execution_timeout: float | None = Field(None, gt=0, description="Seconds the run may take in all.")
+    tags: list[str] = Field(default_factory=list, max_length=64)
+    search_attributes: dict[str, Any] = Field(default_factory=dict)
+    on_terminal_conflict: Literal["error", "start_new"] = "error"
+
+
+class StartOut(Schema):
+    workflow_id: str
+    run_id: uuid.UUID
+    status: str
+
+
+class RunOut(Schema):
+    workflow_id: str
+    run_id: uuid.UUID
+    workflow_type: str
+    version: int
+    status: str
+    result: Any = None
+    error: dict[str, Any] | None = None
+    failure_category: str
+    termination_reason: str
+    wait_reason: str
+    tags: list[str]
+    search_attributes: dict[str, Any]
+    parent_run_id: uuid.UUID | None
+    restarted_from: uuid.UUID | None
+    created_at: dt.datetime
+    started_at: dt.datetime | None
+    finished_at: dt.datetime | None
+
+
+class RunPage(Schema):
+    results: list[RunOut]
+    next: str | None = Field(description="The cursor of the next page (pass it as ?cursor=), null on the last.")
+
+
+class SignalIn(Schema):
+    payload: Any = None
+    signal_id: str | None = Field(None, min_length=1, max_length=128)
+
+
+class SignalOut(Schema):
+    workflow_id: str
+    run_id: uuid.UUID
+    delivered: bool = Field(description="False when signal_id was delivered before (nothing new was stored).")
+
+
+class ReasonIn(Schema):
+    reason: str = Field("", max_length=1000)
+
+
+class ChangedOut(Schema):
+    workflow_id: str
+    run_id: uuid.UUID
+    status: str
+    changed: bool = Field(description="False when the run had already ended.")
+
+
+def as_json(value: Any) -> Any:
+    """``value`` with the Python types msgpack payloads may hold and JSON lacks made JSON: tuples and sets as
+    lists, bytes as base64, dates and times as ISO 8601, timedeltas as seconds, decimals and UUIDs as strings."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, dict):
+        return {str(key): as_json(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [as_json(item) for item in value]
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return base64.b64encode(bytes(value)).decode()
+    if isinstance(value, (dt.datetime, dt.date, dt.time)):
+        return value.isoformat()
+    if isinstance(value, dt.timedelta):
+        return value.total_seconds()
+    if isinstance(value, (Decimal, uuid.UUID)):
+        return str(value)
+    return str(value)
+
+
+def run_out(run: Workflow) -> dict[str, Any]:
+    return {
+        "workflow_id": run.workflow_id, "run_id": run.run_id, "workflow_type": run.workflow_type,
+        "version": run.version, "status": run.status,
+        "result": as_json(decode(run.result)) if run.result is not None else None,
+        "error": run.error, "failure_category": run.failure_category,
+        "termination_reason": run.termination_reason, "wait_reason": run.wait_reason,
+        "tags": list(run.tags or []), "search_attributes": as_json(run.search_attributes or {}),
+        "parent_run_id": run.parent_id, "restarted_from": run.restarted_from_id,
+        "created_at": run.created_at, "started_at": run.started_at, "finished_at": run.finished_at,
+    }
