@@ -76,7 +76,8 @@ def _validation_message(exc: ValidationError) -> str:
 
 
 def install(api: NinjaAPI) -> None:
-    """(ninja types a handler's exception as the class or an instance, hence ``Any``.) Replace ninja's error bodies (``{"detail": ...}``) with ours, and map django_weft's exceptions."""
+    """Replace ninja's error bodies (``{"detail": ...}``) with ours, and map django_weft's exceptions.
+    (ninja types a handler's exception as the class or an instance, hence ``Any``.)"""
 
     def on_weft_error(request: HttpRequest, exc: Any) -> HttpResponse:
         mapped = weft_status(exc)
