@@ -193,6 +193,11 @@ def send(run_id: uuid.UUID, name: str, payload: Any, update_id: str | None, *, w
     data, update_id = check_update(name, payload, update_id)
     if waiting and client.driver_here() is None:
         refuse_waiting_in_transaction("handle.update()")
+    return send_checked(run_id, name, payload, data, update_id)
+
+
+def send_checked(run_id: uuid.UUID, name: str, payload: Any, data: bytes, update_id: str) -> UpdateHandle:
+    """:func:`send` once ``check_update`` gave ``payload`` encoded (``data``) and the ``update_id``."""
     run = Workflow.objects.end_of_chain(_get(run_id))
     for _ in range(3):
         existing = existing_update(run, name, update_id)

@@ -5,6 +5,7 @@ to the open run of a workflow id or start one whose first message it is, in one 
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any, Literal, NamedTuple
 
 from django.db import IntegrityError, transaction
@@ -149,7 +150,7 @@ def start_or_update(
     payload: Any = None,
     update_id: str | None = None,
     workflow_id: str,
-    timeout: float | None = None,
+    timeout: float | timedelta | None = None,
     on_terminal_conflict: str = "error",
     **start_options: Any,
 ) -> StartOrUpdateResult:
@@ -177,7 +178,7 @@ def start_or_update(
                                        updates.UpdateHandle(target.workflow_id, repeat).result(timeout))
         if target is not None and not target.is_finished:
             try:
-                sent = updates.send(target.pk, update, payload, update_id, waiting=True)
+                sent = updates.send_checked(target.pk, update, payload, data, update_id)
             except WorkflowClosed:
                 continue  # it finished meanwhile: look again
             return StartOrUpdateResult(WorkflowHandle(target.workflow_id, target.run_id), "updated",

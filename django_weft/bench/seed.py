@@ -42,6 +42,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
+from urllib.parse import quote
 
 from django.db import connections, reset_queries, router
 from django.test.utils import CaptureQueriesContext
@@ -369,8 +370,9 @@ def admin_pages() -> dict[str, str]:
     if middle is None:
         raise ValueError("no seeded runs: run the seed first")
     now = clock.now()
-    week = (now - timedelta(days=7)).date(), (now + timedelta(days=1)).date()
-    old = (now - timedelta(days=200)).date(), (now - timedelta(days=170)).date()
+    # Aware moments, as the admin's own date filter links them (a bare date would be a naive datetime).
+    week = _moment(now - timedelta(days=7)), _moment(now + timedelta(days=1))
+    old = _moment(now - timedelta(days=200)), _moment(now - timedelta(days=170))
     return {
         "changelist": changelist,
         "changelist_page_20": f"{changelist}?p=20",
@@ -432,3 +434,8 @@ def time_admin_pages(repetitions: int = 7, pages: dict[str, str] | None = None,
             progress(f"{name}: median {results[name]['median_ms']} ms, max {results[name]['max_ms']} ms, "
                      f"{len(queries)} queries")
     return results
+
+
+def _moment(moment: datetime) -> str:
+    """Midnight of ``moment``'s day, UTC, as a query-string value."""
+    return quote(moment.replace(hour=0, minute=0, second=0, microsecond=0).isoformat())
