@@ -17,7 +17,8 @@ signal: open runs; suspend: pending, running and waiting ones; resume: suspended
 ones; purge: finished ones), so ``matched`` counts the runs it will act on, not every run the filter names.
 
 The token is signed (``django.core.signing``, with ``SECRET_KEY``) and holds the operation, the filters, the
-arguments that shape what is done (reason, signal name; never a payload) and a digest of the matched run ids,
+arguments that shape what is done (reason, signal name; a signal's payload only as a digest, so the token
+confirms that payload and no other without showing it) and a digest of the matched run ids,
 computed page by page; the same set gives the same token. Acting goes through the confirmed ids in batches of
 ``BATCH_SIZE``, each run by the same fenced single-run transition as a single call (its own transaction:
 no lock is held from one run to the next, so executors and single calls racing the operation wait at most
@@ -33,7 +34,7 @@ from __future__ import annotations
 import hashlib
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -59,7 +60,7 @@ SAMPLE_SIZE = 10
 # A run whose transition hit a deadlock or a lock timeout is tried again this many times.
 ATTEMPTS = 3
 SALT = "django_weft.bulk"
-TOKEN_VERSION = 1
+TOKEN_VERSION = 2  # 2: the token binds a signal's payload (digest)
 
 S = RunStatus
 # The runs each operation applies to: the filter is narrowed to them.
@@ -104,6 +105,8 @@ class _Operation:
     arguments: dict[str, Any]
     apply_one: Callable[[uuid.UUID], bool] | None = None
     apply_many: Callable[[list[uuid.UUID]], int] | None = None
+    # Bound by the token but not written to the audit row (a signal's payload digest).
+    sealed: dict[str, Any] = field(default_factory=dict)
 
 
 # --- the operations --------------------------------------------------------------------------------------
@@ -139,7 +142,8 @@ def signal(name: str, payload: Any = None, *, signal_id: str | None = None, dry_
     arguments: dict[str, Any] = {"name": name}
     if signal_id is not None:
         arguments["signal_id"] = signal_id
-    op = _Operation("signal", arguments, apply_one=lambda run_id: _signal_one(run_id, name, data, signal_id))
+    op = _Operation("signal", arguments, apply_one=lambda run_id: _signal_one(run_id, name, data, signal_id),
+                    sealed={"payload_sha256": hashlib.sha256(data).hexdigest()})
     return _perform(op, filters, dry_run, confirmation_token, requested_by, progress)
 
 
@@ -311,7 +315,8 @@ def _digest(runs: QuerySet[Workflow], *, keep: bool) -> tuple[int, str, bytearra
 
 def _token(op: _Operation, described: dict[str, Any], count: int, digest: str) -> str:
     return signing.dumps({"v": TOKEN_VERSION, "operation": op.name, "filters": described,
-                          "arguments": op.arguments, "matched": count, "digest": digest}, salt=SALT)
+                          "arguments": op.arguments, "sealed": op.sealed, "matched": count, "digest": digest},
+                         salt=SALT)
 
 
 def _read_token(token: Any, op: _Operation, described: dict[str, Any]) -> dict[str, Any]:
@@ -333,6 +338,9 @@ def _read_token(token: Any, op: _Operation, described: dict[str, Any]) -> dict[s
     if claimed.get("arguments") != op.arguments:
         raise BulkConfirmationError(f"this confirmation token was issued for other arguments "
                                     f"({claimed.get('arguments')}, not {op.arguments}); preview again")
+    if claimed.get("sealed") != op.sealed:
+        raise BulkConfirmationError(f"this confirmation token was issued for another payload of the bulk {op.name}; "
+                                    "preview again")
     return claimed
 
 

@@ -104,6 +104,19 @@ def test_forged_and_mismatched_tokens_are_refused():
     assert Workflow.objects.filter(status=RunStatus.PENDING).count() == 2
 
 
+def test_a_signal_token_confirms_only_the_payload_it_previewed():
+    runs = [weft.start("test.approval", f"pay{i}", tags=["b"]) for i in range(2)]
+    weft.run_maintenance()
+    token = weft.bulk.signal("approval", {"ok": True}, dry_run=True, tags=["b"]).confirmation_token
+    for other in ({"ok": False}, None):
+        with pytest.raises(weft.BulkConfirmationError, match="another payload"):
+            weft.bulk.signal("approval", other, confirmation_token=token, tags=["b"])
+    assert not Signal.objects.filter(run_id__in=[h.run_id for h in runs]).exists()
+    assert not BulkOperation.objects.exists()
+    assert weft.bulk.signal("approval", {"ok": True}, confirmation_token=token, tags=["b"]).count == 2
+    assert "ok" not in str(BulkOperation.objects.get().arguments)  # the payload stays out of the audit row
+
+
 def test_neither_dry_run_nor_token_and_bad_arguments_are_invalid():
     with pytest.raises(weft.InvalidArgument, match="needs dry_run=True"):
         weft.bulk.cancel(tags=["b"])
