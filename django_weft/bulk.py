@@ -46,10 +46,9 @@ from django.db.models import QuerySet
 from . import clock, repairs, terminations, transitions
 from .client import check_signal
 from .exceptions import BulkConfirmationError, InvalidArgument, TransitionNotAllowed, WorkflowNotFound
-from .finding import FILTERS, runs_matching
+from .finding import FILTERS, runs_matching, type_names
 from .maintenance import delete_finished_runs
 from .models import BulkOperation, BulkOperationStatus, RunStatus, Workflow
-from .registry import get_workflow
 from .starts import check_reason
 
 # Runs acted on between two updates of the audit row (and two progress reports).
@@ -254,8 +253,7 @@ def describe_filters(filters: dict[str, Any]) -> dict[str, Any]:
         if value is None:
             continue
         if key == "type":
-            names = [value] if isinstance(value, str) or callable(value) else list(value)
-            value = [get_workflow(name).name for name in names]
+            value = type_names(value)
         elif key == "schedule":
             value = getattr(value, "schedule_id", value)
         elif key == "parent":

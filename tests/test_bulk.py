@@ -132,6 +132,32 @@ def test_neither_dry_run_nor_token_and_bad_arguments_are_invalid():
         weft.bulk.signal("", dry_run=True)
 
 
+@pytest.mark.parametrize(("filters", "message"), [
+    ({"status": 5}, "status must be one value or a list"),
+    ({"failure_category": 5}, "failure_category must be one value or a list"),
+    ({"tags": 5}, "tags must be one value or a list"),
+    ({"type": 5}, "type must be one value or a list"),
+    ({"type": [5]}, "type filter: a workflow is named by"),
+    ({"type": "no.such.workflow"}, "type filter: no workflow is registered as 'no.such.workflow'"),
+])
+def test_filters_of_the_wrong_type_or_an_unknown_workflow_type_are_invalid_arguments(filters, message):
+    started(1)
+    for operation in (weft.bulk.cancel, weft.bulk.purge):
+        with pytest.raises(weft.InvalidArgument, match=message):
+            operation(dry_run=True, **filters)
+    with pytest.raises(weft.InvalidArgument, match=message):
+        weft.list_runs(**filters)
+    assert not BulkOperation.objects.exists()
+
+
+def test_runs_of_a_workflow_type_no_longer_registered_can_still_be_purged():
+    done = finished("test.steps", {"count": 1, "key": "retired"})
+    Workflow.objects.filter(pk=done.run_id).update(workflow_type="retired.type")  # its code was removed
+    result = confirm(weft.bulk.purge, type="retired.type")
+    assert result.count == 1 and not Workflow.objects.filter(pk=done.run_id).exists()
+    assert BulkOperation.objects.get().filters == {"type": ["retired.type"]}
+
+
 def test_the_token_does_not_depend_on_the_page_size_of_the_digest(monkeypatch):
     started(5)
     token = weft.bulk.cancel(dry_run=True, tags=["b"]).confirmation_token
