@@ -204,7 +204,8 @@ def _signal_one(run_id: uuid.UUID, name: str, data: bytes, signal_id: str | None
 
 
 def _terminate_one(run_id: uuid.UUID, reason: str) -> bool:
-    return terminations.terminate(run_id, clock.now(), reason)
+    # This run only: its chain's next run was not in the confirmed set (nor, maybe, in the filter).
+    return terminations.terminate(run_id, clock.now(), reason, follow_chain=False)
 
 
 # --- preview, confirmation, batches ----------------------------------------------------------------------

@@ -306,6 +306,26 @@ def test_a_run_that_changed_after_the_confirmation_is_skipped_and_a_newcomer_lef
     assert BulkOperation.objects.get().count == 2
 
 
+def test_terminate_skips_a_run_that_continued_as_new_after_the_confirmation(weft_env):
+    """The run its chain continued to was not in the confirmed set: it is left alone, as a newcomer is."""
+    first = weft.start("evolve.counter", {"total": 0, "every": 2}, workflow_id="bulk-chain", tags=["b"])
+    weft_env.drive()
+    preview = weft.bulk.terminate("stop", dry_run=True, tags=["b"])
+    assert preview.sample_ids == [first.run_id]
+
+    def progress(done, total):
+        if done == 0:  # confirmed: now the run continues as new
+            first.signal("tick", 1)
+            first.signal("tick", 2)
+            weft_env.drive()
+
+    result = weft.bulk.terminate("stop", confirmation_token=preview.confirmation_token, tags=["b"],
+                                 progress=progress)
+    assert (result.count, result.skipped) == (0, 1)
+    assert status_of(first) == RunStatus.CONTINUED
+    assert weft.get_handle("bulk-chain").refresh().status == RunStatus.WAITING
+
+
 def test_a_failure_midway_marks_the_audit_row_failed(monkeypatch):
     started(3)
     calls = []
