@@ -37,7 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, Literal, overload
 
 from django.core import signing
 from django.db import OperationalError, transaction
@@ -111,6 +111,12 @@ class _Operation:
 # --- the operations --------------------------------------------------------------------------------------
 
 
+@overload
+def cancel(reason: str = "", *, dry_run: Literal[True], confirmation_token: None = None,
+           requested_by: str = "", progress: Progress | None = None, **filters: Any) -> BulkPreview: ...
+@overload
+def cancel(reason: str = "", *, dry_run: Literal[False] = False, confirmation_token: str,
+           requested_by: str = "", progress: Progress | None = None, **filters: Any) -> BulkResult: ...
 def cancel(reason: str = "", *, dry_run: bool = False, confirmation_token: str | None = None,
            requested_by: str = "", progress: Progress | None = None,
            **filters: Any) -> BulkPreview | BulkResult:
@@ -121,6 +127,12 @@ def cancel(reason: str = "", *, dry_run: bool = False, confirmation_token: str |
     return _perform(op, filters, dry_run, confirmation_token, requested_by, progress)
 
 
+@overload
+def terminate(reason: str = "", *, dry_run: Literal[True], confirmation_token: None = None,
+              requested_by: str = "", progress: Progress | None = None, **filters: Any) -> BulkPreview: ...
+@overload
+def terminate(reason: str = "", *, dry_run: Literal[False] = False, confirmation_token: str,
+              requested_by: str = "", progress: Progress | None = None, **filters: Any) -> BulkResult: ...
 def terminate(reason: str = "", *, dry_run: bool = False, confirmation_token: str | None = None,
               requested_by: str = "", progress: Progress | None = None,
               **filters: Any) -> BulkPreview | BulkResult:
@@ -131,6 +143,14 @@ def terminate(reason: str = "", *, dry_run: bool = False, confirmation_token: st
     return _perform(op, filters, dry_run, confirmation_token, requested_by, progress)
 
 
+@overload
+def signal(name: str, payload: Any = None, *, signal_id: str | None = None, dry_run: Literal[True],
+           confirmation_token: None = None, requested_by: str = "", progress: Progress | None = None,
+           **filters: Any) -> BulkPreview: ...
+@overload
+def signal(name: str, payload: Any = None, *, signal_id: str | None = None, dry_run: Literal[False] = False,
+           confirmation_token: str, requested_by: str = "", progress: Progress | None = None,
+           **filters: Any) -> BulkResult: ...
 def signal(name: str, payload: Any = None, *, signal_id: str | None = None, dry_run: bool = False,
            confirmation_token: str | None = None, requested_by: str = "", progress: Progress | None = None,
            **filters: Any) -> BulkPreview | BulkResult:
@@ -146,6 +166,12 @@ def signal(name: str, payload: Any = None, *, signal_id: str | None = None, dry_
     return _perform(op, filters, dry_run, confirmation_token, requested_by, progress)
 
 
+@overload
+def retry_failed(*, dry_run: Literal[True], confirmation_token: None = None,
+                 requested_by: str = "", progress: Progress | None = None, **filters: Any) -> BulkPreview: ...
+@overload
+def retry_failed(*, dry_run: Literal[False] = False, confirmation_token: str,
+                 requested_by: str = "", progress: Progress | None = None, **filters: Any) -> BulkResult: ...
 def retry_failed(*, dry_run: bool = False, confirmation_token: str | None = None, requested_by: str = "",
                  progress: Progress | None = None, **filters: Any) -> BulkPreview | BulkResult:
     """Retry the failed runs matching ``filters`` from their failed step (see ``repairs.retry_failed``); a run
@@ -154,6 +180,12 @@ def retry_failed(*, dry_run: bool = False, confirmation_token: str | None = None
     return _perform(op, filters, dry_run, confirmation_token, requested_by, progress)
 
 
+@overload
+def suspend(reason: str = "", *, dry_run: Literal[True], confirmation_token: None = None,
+            requested_by: str = "", progress: Progress | None = None, **filters: Any) -> BulkPreview: ...
+@overload
+def suspend(reason: str = "", *, dry_run: Literal[False] = False, confirmation_token: str,
+            requested_by: str = "", progress: Progress | None = None, **filters: Any) -> BulkResult: ...
 def suspend(reason: str = "", *, dry_run: bool = False, confirmation_token: str | None = None,
             requested_by: str = "", progress: Progress | None = None,
             **filters: Any) -> BulkPreview | BulkResult:
@@ -164,6 +196,12 @@ def suspend(reason: str = "", *, dry_run: bool = False, confirmation_token: str 
     return _perform(op, filters, dry_run, confirmation_token, requested_by, progress)
 
 
+@overload
+def resume(*, dry_run: Literal[True], confirmation_token: None = None,
+           requested_by: str = "", progress: Progress | None = None, **filters: Any) -> BulkPreview: ...
+@overload
+def resume(*, dry_run: Literal[False] = False, confirmation_token: str,
+           requested_by: str = "", progress: Progress | None = None, **filters: Any) -> BulkResult: ...
 def resume(*, dry_run: bool = False, confirmation_token: str | None = None, requested_by: str = "",
            progress: Progress | None = None, **filters: Any) -> BulkPreview | BulkResult:
     """Resume the suspended runs matching ``filters``."""
@@ -171,6 +209,12 @@ def resume(*, dry_run: bool = False, confirmation_token: str | None = None, requ
     return _perform(op, filters, dry_run, confirmation_token, requested_by, progress)
 
 
+@overload
+def purge(*, dry_run: Literal[True], confirmation_token: None = None,
+          requested_by: str = "", progress: Progress | None = None, **filters: Any) -> BulkPreview: ...
+@overload
+def purge(*, dry_run: Literal[False] = False, confirmation_token: str,
+          requested_by: str = "", progress: Progress | None = None, **filters: Any) -> BulkResult: ...
 def purge(*, dry_run: bool = False, confirmation_token: str | None = None, requested_by: str = "",
           progress: Progress | None = None, **filters: Any) -> BulkPreview | BulkResult:
     """Delete the finished runs matching ``filters`` with their journal, timers, signals and async records (as
