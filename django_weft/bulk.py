@@ -283,6 +283,8 @@ def _perform(op: _Operation, filters: dict[str, Any], dry_run: bool, token: str 
 
 def applicable(operation: str, filters: dict[str, Any]) -> QuerySet[Workflow]:
     """The runs matching ``filters`` that ``operation`` applies to (unordered)."""
+    if operation not in APPLIES_TO:
+        raise InvalidArgument(f"unknown bulk operation {operation!r}; the operations are {', '.join(APPLIES_TO)}")
     unknown = sorted(set(filters) - set(FILTERS))
     if unknown:
         raise InvalidArgument(f"unknown filter(s) {unknown}; the filters are {', '.join(FILTERS)}")

@@ -130,6 +130,8 @@ def test_neither_dry_run_nor_token_and_bad_arguments_are_invalid():
         weft.bulk.cancel(confirmation_token="")
     with pytest.raises(weft.InvalidArgument, match="signal name"):
         weft.bulk.signal("", dry_run=True)
+    with pytest.raises(weft.InvalidArgument, match="unknown bulk operation 'delete'; the operations are cancel"):
+        weft.bulk.applicable("delete", {})
 
 
 @pytest.mark.parametrize(("filters", "message"), [
