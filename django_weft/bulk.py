@@ -17,7 +17,8 @@ signal: open runs; suspend: pending, running and waiting ones; resume: suspended
 ones; purge: finished ones), so ``matched`` counts the runs it will act on, not every run the filter names.
 
 The token is signed (``django.core.signing``, with ``SECRET_KEY``) and holds the operation, the filters, the
-arguments that shape what is done (reason, signal name; never a payload) and a digest of the matched run ids,
+arguments that shape what is done (reason, signal name; a signal's payload only as a digest, so the token
+confirms that payload and no other without showing it) and a digest of the matched run ids,
 computed page by page; the same set gives the same token. Acting goes through the confirmed ids in batches of
 ``BATCH_SIZE``, each run by the same fenced single-run transition as a single call (its own transaction:
 no lock is held from one run to the next, so executors and single calls racing the operation wait at most
@@ -33,10 +34,10 @@ from __future__ import annotations
 import hashlib
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, Literal, overload
 
 from django.core import signing
 from django.db import OperationalError, transaction
@@ -45,10 +46,9 @@ from django.db.models import QuerySet
 from . import clock, repairs, terminations, transitions
 from .client import check_signal
 from .exceptions import BulkConfirmationError, InvalidArgument, TransitionNotAllowed, WorkflowNotFound
-from .finding import FILTERS, runs_matching
+from .finding import FILTERS, runs_matching, type_names
 from .maintenance import delete_finished_runs
 from .models import BulkOperation, BulkOperationStatus, RunStatus, Workflow
-from .registry import get_workflow
 from .starts import check_reason
 
 # Runs acted on between two updates of the audit row (and two progress reports).
@@ -59,7 +59,7 @@ SAMPLE_SIZE = 10
 # A run whose transition hit a deadlock or a lock timeout is tried again this many times.
 ATTEMPTS = 3
 SALT = "django_weft.bulk"
-TOKEN_VERSION = 1
+TOKEN_VERSION = 2  # 2: the token binds a signal's payload (digest)
 
 S = RunStatus
 # The runs each operation applies to: the filter is narrowed to them.
@@ -104,11 +104,19 @@ class _Operation:
     arguments: dict[str, Any]
     apply_one: Callable[[uuid.UUID], bool] | None = None
     apply_many: Callable[[list[uuid.UUID]], int] | None = None
+    # Bound by the token but not written to the audit row (a signal's payload digest).
+    sealed: dict[str, Any] = field(default_factory=dict)
 
 
 # --- the operations --------------------------------------------------------------------------------------
 
 
+@overload
+def cancel(reason: str = "", *, dry_run: Literal[True], confirmation_token: None = None,
+           requested_by: str = "", progress: Progress | None = None, **filters: Any) -> BulkPreview: ...
+@overload
+def cancel(reason: str = "", *, dry_run: Literal[False] = False, confirmation_token: str,
+           requested_by: str = "", progress: Progress | None = None, **filters: Any) -> BulkResult: ...
 def cancel(reason: str = "", *, dry_run: bool = False, confirmation_token: str | None = None,
            requested_by: str = "", progress: Progress | None = None,
            **filters: Any) -> BulkPreview | BulkResult:
@@ -119,6 +127,12 @@ def cancel(reason: str = "", *, dry_run: bool = False, confirmation_token: str |
     return _perform(op, filters, dry_run, confirmation_token, requested_by, progress)
 
 
+@overload
+def terminate(reason: str = "", *, dry_run: Literal[True], confirmation_token: None = None,
+              requested_by: str = "", progress: Progress | None = None, **filters: Any) -> BulkPreview: ...
+@overload
+def terminate(reason: str = "", *, dry_run: Literal[False] = False, confirmation_token: str,
+              requested_by: str = "", progress: Progress | None = None, **filters: Any) -> BulkResult: ...
 def terminate(reason: str = "", *, dry_run: bool = False, confirmation_token: str | None = None,
               requested_by: str = "", progress: Progress | None = None,
               **filters: Any) -> BulkPreview | BulkResult:
@@ -129,6 +143,14 @@ def terminate(reason: str = "", *, dry_run: bool = False, confirmation_token: st
     return _perform(op, filters, dry_run, confirmation_token, requested_by, progress)
 
 
+@overload
+def signal(name: str, payload: Any = None, *, signal_id: str | None = None, dry_run: Literal[True],
+           confirmation_token: None = None, requested_by: str = "", progress: Progress | None = None,
+           **filters: Any) -> BulkPreview: ...
+@overload
+def signal(name: str, payload: Any = None, *, signal_id: str | None = None, dry_run: Literal[False] = False,
+           confirmation_token: str, requested_by: str = "", progress: Progress | None = None,
+           **filters: Any) -> BulkResult: ...
 def signal(name: str, payload: Any = None, *, signal_id: str | None = None, dry_run: bool = False,
            confirmation_token: str | None = None, requested_by: str = "", progress: Progress | None = None,
            **filters: Any) -> BulkPreview | BulkResult:
@@ -139,10 +161,17 @@ def signal(name: str, payload: Any = None, *, signal_id: str | None = None, dry_
     arguments: dict[str, Any] = {"name": name}
     if signal_id is not None:
         arguments["signal_id"] = signal_id
-    op = _Operation("signal", arguments, apply_one=lambda run_id: _signal_one(run_id, name, data, signal_id))
+    op = _Operation("signal", arguments, apply_one=lambda run_id: _signal_one(run_id, name, data, signal_id),
+                    sealed={"payload_sha256": hashlib.sha256(data).hexdigest()})
     return _perform(op, filters, dry_run, confirmation_token, requested_by, progress)
 
 
+@overload
+def retry_failed(*, dry_run: Literal[True], confirmation_token: None = None,
+                 requested_by: str = "", progress: Progress | None = None, **filters: Any) -> BulkPreview: ...
+@overload
+def retry_failed(*, dry_run: Literal[False] = False, confirmation_token: str,
+                 requested_by: str = "", progress: Progress | None = None, **filters: Any) -> BulkResult: ...
 def retry_failed(*, dry_run: bool = False, confirmation_token: str | None = None, requested_by: str = "",
                  progress: Progress | None = None, **filters: Any) -> BulkPreview | BulkResult:
     """Retry the failed runs matching ``filters`` from their failed step (see ``repairs.retry_failed``); a run
@@ -151,6 +180,12 @@ def retry_failed(*, dry_run: bool = False, confirmation_token: str | None = None
     return _perform(op, filters, dry_run, confirmation_token, requested_by, progress)
 
 
+@overload
+def suspend(reason: str = "", *, dry_run: Literal[True], confirmation_token: None = None,
+            requested_by: str = "", progress: Progress | None = None, **filters: Any) -> BulkPreview: ...
+@overload
+def suspend(reason: str = "", *, dry_run: Literal[False] = False, confirmation_token: str,
+            requested_by: str = "", progress: Progress | None = None, **filters: Any) -> BulkResult: ...
 def suspend(reason: str = "", *, dry_run: bool = False, confirmation_token: str | None = None,
             requested_by: str = "", progress: Progress | None = None,
             **filters: Any) -> BulkPreview | BulkResult:
@@ -161,6 +196,12 @@ def suspend(reason: str = "", *, dry_run: bool = False, confirmation_token: str 
     return _perform(op, filters, dry_run, confirmation_token, requested_by, progress)
 
 
+@overload
+def resume(*, dry_run: Literal[True], confirmation_token: None = None,
+           requested_by: str = "", progress: Progress | None = None, **filters: Any) -> BulkPreview: ...
+@overload
+def resume(*, dry_run: Literal[False] = False, confirmation_token: str,
+           requested_by: str = "", progress: Progress | None = None, **filters: Any) -> BulkResult: ...
 def resume(*, dry_run: bool = False, confirmation_token: str | None = None, requested_by: str = "",
            progress: Progress | None = None, **filters: Any) -> BulkPreview | BulkResult:
     """Resume the suspended runs matching ``filters``."""
@@ -168,6 +209,12 @@ def resume(*, dry_run: bool = False, confirmation_token: str | None = None, requ
     return _perform(op, filters, dry_run, confirmation_token, requested_by, progress)
 
 
+@overload
+def purge(*, dry_run: Literal[True], confirmation_token: None = None,
+          requested_by: str = "", progress: Progress | None = None, **filters: Any) -> BulkPreview: ...
+@overload
+def purge(*, dry_run: Literal[False] = False, confirmation_token: str,
+          requested_by: str = "", progress: Progress | None = None, **filters: Any) -> BulkResult: ...
 def purge(*, dry_run: bool = False, confirmation_token: str | None = None, requested_by: str = "",
           progress: Progress | None = None, **filters: Any) -> BulkPreview | BulkResult:
     """Delete the finished runs matching ``filters`` with their journal, timers, signals and async records (as
@@ -201,7 +248,8 @@ def _signal_one(run_id: uuid.UUID, name: str, data: bytes, signal_id: str | None
 
 
 def _terminate_one(run_id: uuid.UUID, reason: str) -> bool:
-    return terminations.terminate(run_id, clock.now(), reason)
+    # This run only: its chain's next run was not in the confirmed set (nor, maybe, in the filter).
+    return terminations.terminate(run_id, clock.now(), reason, follow_chain=False)
 
 
 # --- preview, confirmation, batches ----------------------------------------------------------------------
@@ -235,6 +283,8 @@ def _perform(op: _Operation, filters: dict[str, Any], dry_run: bool, token: str 
 
 def applicable(operation: str, filters: dict[str, Any]) -> QuerySet[Workflow]:
     """The runs matching ``filters`` that ``operation`` applies to (unordered)."""
+    if operation not in APPLIES_TO:
+        raise InvalidArgument(f"unknown bulk operation {operation!r}; the operations are {', '.join(APPLIES_TO)}")
     unknown = sorted(set(filters) - set(FILTERS))
     if unknown:
         raise InvalidArgument(f"unknown filter(s) {unknown}; the filters are {', '.join(FILTERS)}")
@@ -250,8 +300,7 @@ def describe_filters(filters: dict[str, Any]) -> dict[str, Any]:
         if value is None:
             continue
         if key == "type":
-            names = [value] if isinstance(value, str) or callable(value) else list(value)
-            value = [get_workflow(name).name for name in names]
+            value = type_names(value)
         elif key == "schedule":
             value = getattr(value, "schedule_id", value)
         elif key == "parent":
@@ -311,7 +360,8 @@ def _digest(runs: QuerySet[Workflow], *, keep: bool) -> tuple[int, str, bytearra
 
 def _token(op: _Operation, described: dict[str, Any], count: int, digest: str) -> str:
     return signing.dumps({"v": TOKEN_VERSION, "operation": op.name, "filters": described,
-                          "arguments": op.arguments, "matched": count, "digest": digest}, salt=SALT)
+                          "arguments": op.arguments, "sealed": op.sealed, "matched": count, "digest": digest},
+                         salt=SALT)
 
 
 def _read_token(token: Any, op: _Operation, described: dict[str, Any]) -> dict[str, Any]:
@@ -333,6 +383,9 @@ def _read_token(token: Any, op: _Operation, described: dict[str, Any]) -> dict[s
     if claimed.get("arguments") != op.arguments:
         raise BulkConfirmationError(f"this confirmation token was issued for other arguments "
                                     f"({claimed.get('arguments')}, not {op.arguments}); preview again")
+    if claimed.get("sealed") != op.sealed:
+        raise BulkConfirmationError(f"this confirmation token was issued for another payload of the bulk {op.name}; "
+                                    "preview again")
     return claimed
 
 

@@ -27,7 +27,7 @@ from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from . import attributes
-from .exceptions import InvalidArgument
+from .exceptions import InvalidArgument, WorkflowNotRegistered
 from .models import FailureCategory, RunStatus, SearchAttributeValue, Workflow
 from .registry import get_workflow
 
@@ -48,8 +48,7 @@ def runs_matching(*, status: str | Iterable[str] | None = None, type: Any = None
     if status is not None:
         runs = runs.filter(status__in=_choices(status, RunStatus.values, "status"))
     if type is not None:
-        names = [type] if isinstance(type, str) or callable(type) else list(type)
-        runs = runs.filter(workflow_type__in=[get_workflow(name).name for name in names])
+        runs = runs.filter(workflow_type__in=type_names(type))
     if workflow_id_prefix is not None:
         if not isinstance(workflow_id_prefix, str) or not workflow_id_prefix:
             raise InvalidArgument(f"workflow_id_prefix must be a non-empty string, got {workflow_id_prefix!r}")
@@ -181,8 +180,32 @@ def _known(filters: dict[str, Any]) -> None:
         raise InvalidArgument(f"unknown filter(s) {unknown}; the filters are {', '.join(FILTERS)}")
 
 
+def type_names(value: Any) -> list[str]:
+    """The workflow type names of a ``type`` filter (names or workflow functions, one or a list). A name no
+    longer registered is taken while runs of it are stored, so they can still be found (and purged)."""
+    names = []
+    for item in [value] if callable(value) else _listed(value, "type"):
+        try:
+            names.append(get_workflow(item).name)
+        except WorkflowNotRegistered as exc:
+            if isinstance(item, str) and Workflow.objects.filter(workflow_type=item).exists():
+                names.append(item)
+            else:
+                raise InvalidArgument(f"type filter: {exc}") from None
+    return names
+
+
+def _listed(value: Any, what: str) -> list[Any]:
+    """One value or a list of them (a str is one value, not a list of characters)."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list | tuple | set | frozenset):
+        return list(value)
+    raise InvalidArgument(f"{what} must be one value or a list of them, got {value!r}")
+
+
 def _choices(value: Any, allowed: list[str], what: str) -> list[str]:
-    values = [value] if isinstance(value, str) else list(value)
+    values = _listed(value, what)
     wrong = [v for v in values if v not in allowed]
     if wrong or not values:
         raise InvalidArgument(f"{what} must be one or a list of {', '.join(allowed)}; got {value!r}")
@@ -205,7 +228,7 @@ def _run_id(value: Any, what: str) -> uuid.UUID:
 
 def _with_tags(runs: QuerySet[Workflow], tags: Any) -> QuerySet[Workflow]:
     """Runs that have every tag."""
-    wanted = [tags] if isinstance(tags, str) else list(tags)
+    wanted = _listed(tags, "tags")
     if not wanted or not all(isinstance(tag, str) and tag for tag in wanted):
         raise InvalidArgument(f"tags must be a non-empty list of tags, got {tags!r}")
     vendor = connections[router.db_for_read(Workflow)].vendor

@@ -28,11 +28,12 @@ def retire_keys(runs: Iterable[tuple[Any, str | None, str, str]], now: datetime)
         if key is None:
             continue
         heir = _surviving_successor(run_id, workflow_id, deleting) if status == RunStatus.CONTINUED else None
-        if heir is None:
-            spent.append(SpentIdempotencyKey(key=key, workflow_id=workflow_id, run_id=run_id, spent_at=now))
-        else:
+        if heir is not None:
             Workflow.objects.filter(pk=run_id).update(idempotency_key=None)  # the key is unique: free it first
-            Workflow.objects.filter(pk=heir).update(idempotency_key=key)
+            # 0 rows: a concurrent purge deleted the heir (after we found it) without seeing the key: spend it.
+            if Workflow.objects.filter(pk=heir).update(idempotency_key=key):
+                continue
+        spent.append(SpentIdempotencyKey(key=key, workflow_id=workflow_id, run_id=run_id, spent_at=now))
     # Spent once is spent: a second record of the same key changes nothing.
     SpentIdempotencyKey.objects.bulk_create(spent, ignore_conflicts=True)
 

@@ -21,12 +21,12 @@ TERMINATED = "terminated"  # termination_reason of a run ended by handle.termina
 CHAIN_ATTEMPTS = 10
 
 
-def terminate(run_id: Any, now: datetime, reason: str = "") -> bool:
-    """End the run (or, if it continued as new, the run its chain has reached) as ``timed_out`` with
-    ``termination_reason="terminated"``. False if it had already finished."""
+def terminate(run_id: Any, now: datetime, reason: str = "", *, follow_chain: bool = True) -> bool:
+    """End the run (or, if it continued as new and ``follow_chain``, the run its chain has reached) as
+    ``timed_out`` with ``termination_reason="terminated"``. False if it had already finished."""
     with transaction.atomic():
         run = locked_with_owners(run_id)
-        for _ in range(CHAIN_ATTEMPTS):
+        for _ in range(CHAIN_ATTEMPTS if follow_chain else 0):
             if run.status != S.CONTINUED:
                 break
             following = Workflow.objects.end_of_chain(run)

@@ -104,6 +104,19 @@ def test_forged_and_mismatched_tokens_are_refused():
     assert Workflow.objects.filter(status=RunStatus.PENDING).count() == 2
 
 
+def test_a_signal_token_confirms_only_the_payload_it_previewed():
+    runs = [weft.start("test.approval", f"pay{i}", tags=["b"]) for i in range(2)]
+    weft.run_maintenance()
+    token = weft.bulk.signal("approval", {"ok": True}, dry_run=True, tags=["b"]).confirmation_token
+    for other in ({"ok": False}, None):
+        with pytest.raises(weft.BulkConfirmationError, match="another payload"):
+            weft.bulk.signal("approval", other, confirmation_token=token, tags=["b"])
+    assert not Signal.objects.filter(run_id__in=[h.run_id for h in runs]).exists()
+    assert not BulkOperation.objects.exists()
+    assert weft.bulk.signal("approval", {"ok": True}, confirmation_token=token, tags=["b"]).count == 2
+    assert "ok" not in str(BulkOperation.objects.get().arguments)  # the payload stays out of the audit row
+
+
 def test_neither_dry_run_nor_token_and_bad_arguments_are_invalid():
     with pytest.raises(weft.InvalidArgument, match="needs dry_run=True"):
         weft.bulk.cancel(tags=["b"])
@@ -117,6 +130,34 @@ def test_neither_dry_run_nor_token_and_bad_arguments_are_invalid():
         weft.bulk.cancel(confirmation_token="")
     with pytest.raises(weft.InvalidArgument, match="signal name"):
         weft.bulk.signal("", dry_run=True)
+    with pytest.raises(weft.InvalidArgument, match="unknown bulk operation 'delete'; the operations are cancel"):
+        weft.bulk.applicable("delete", {})
+
+
+@pytest.mark.parametrize(("filters", "message"), [
+    ({"status": 5}, "status must be one value or a list"),
+    ({"failure_category": 5}, "failure_category must be one value or a list"),
+    ({"tags": 5}, "tags must be one value or a list"),
+    ({"type": 5}, "type must be one value or a list"),
+    ({"type": [5]}, "type filter: a workflow is named by"),
+    ({"type": "no.such.workflow"}, "type filter: no workflow is registered as 'no.such.workflow'"),
+])
+def test_filters_of_the_wrong_type_or_an_unknown_workflow_type_are_invalid_arguments(filters, message):
+    started(1)
+    for operation in (weft.bulk.cancel, weft.bulk.purge):
+        with pytest.raises(weft.InvalidArgument, match=message):
+            operation(dry_run=True, **filters)
+    with pytest.raises(weft.InvalidArgument, match=message):
+        weft.list_runs(**filters)
+    assert not BulkOperation.objects.exists()
+
+
+def test_runs_of_a_workflow_type_no_longer_registered_can_still_be_purged():
+    done = finished("test.steps", {"count": 1, "key": "retired"})
+    Workflow.objects.filter(pk=done.run_id).update(workflow_type="retired.type")  # its code was removed
+    result = confirm(weft.bulk.purge, type="retired.type")
+    assert result.count == 1 and not Workflow.objects.filter(pk=done.run_id).exists()
+    assert BulkOperation.objects.get().filters == {"type": ["retired.type"]}
 
 
 def test_the_token_does_not_depend_on_the_page_size_of_the_digest(monkeypatch):
@@ -265,6 +306,26 @@ def test_a_run_that_changed_after_the_confirmation_is_skipped_and_a_newcomer_lef
     assert [Workflow.objects.get(pk=h.run_id).error["message"] for h in runs] == ["bulk", "single", "bulk"]
     assert status_of(newcomers[0]) == RunStatus.PENDING
     assert BulkOperation.objects.get().count == 2
+
+
+def test_terminate_skips_a_run_that_continued_as_new_after_the_confirmation(weft_env):
+    """The run its chain continued to was not in the confirmed set: it is left alone, as a newcomer is."""
+    first = weft.start("evolve.counter", {"total": 0, "every": 2}, workflow_id="bulk-chain", tags=["b"])
+    weft_env.drive()
+    preview = weft.bulk.terminate("stop", dry_run=True, tags=["b"])
+    assert preview.sample_ids == [first.run_id]
+
+    def progress(done, total):
+        if done == 0:  # confirmed: now the run continues as new
+            first.signal("tick", 1)
+            first.signal("tick", 2)
+            weft_env.drive()
+
+    result = weft.bulk.terminate("stop", confirmation_token=preview.confirmation_token, tags=["b"],
+                                 progress=progress)
+    assert (result.count, result.skipped) == (0, 1)
+    assert status_of(first) == RunStatus.CONTINUED
+    assert weft.get_handle("bulk-chain").refresh().status == RunStatus.WAITING
 
 
 def test_a_failure_midway_marks_the_audit_row_failed(monkeypatch):

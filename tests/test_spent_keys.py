@@ -151,3 +151,45 @@ def test_concurrent_starts_with_fresh_and_spent_keys(postgres_only):
     assert all(r == racing or isinstance(r, weft.IdempotencyKeyPurged) for r in race), race
     assert list(Workflow.objects.values_list("idempotency_key", flat=True)) == ["fresh"]
     assert set(SpentIdempotencyKey.objects.values_list("key", flat=True)) == {"spent", "racing"}
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.postgres
+def test_a_key_moving_to_a_run_purged_concurrently_is_spent_not_lost(postgres_only):
+    """The purge of a continued run hands its key to the chain's next run while another purge deletes that run:
+    the key must end up spent, not held by no row and recorded nowhere (a start with it would begin anew)."""
+    import threading
+
+    from django.db import connection
+
+    first = weft.start("evolve.counter", {"total": 0, "every": 1}, idempotency_key="heir")
+    weft.run_maintenance()
+    first.signal("tick", 1)
+    weft.run_maintenance()
+    second = weft.get_handle(first.workflow_id)
+    second.signal("stop")
+    weft.run_maintenance()
+    assert (first.status, second.status) == (RunStatus.CONTINUED, RunStatus.COMPLETED)
+    holding, failures = threading.Event(), []
+
+    def purge_the_next_run() -> None:
+        try:
+            with transaction.atomic():
+                assert delete_finished_runs([second.run_id]) == [second.run_id]
+                holding.set()
+                time.sleep(0.5)  # the purge of the first run now waits for this one's lock
+        except BaseException as exc:  # reported by the test thread
+            failures.append(exc)
+            holding.set()
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=purge_the_next_run)
+    thread.start()
+    assert holding.wait(10)
+    assert delete_finished_runs([first.run_id]) == [first.run_id]
+    thread.join(10)
+    assert not failures and not Workflow.objects.exists()
+    assert SpentIdempotencyKey.objects.filter(key="heir").exists()
+    with pytest.raises(weft.IdempotencyKeyPurged):
+        weft.start("evolve.counter", {"total": 0, "every": 1}, idempotency_key="heir")

@@ -46,3 +46,13 @@ def checkout(ctx: weft.Context, order_id: int) -> str:
     ctx.run(ship)  # E: Missing positional argument "order_id" in call to "run" of "ActivityOps"
     count: int = ctx.run(charge_card, order_id)  # E: (expression has type "str", variable has type "int")
     return ctx.run(charge_card, count)
+
+
+def bulk_cancel() -> int:
+    preview = weft.bulk.cancel("incident", dry_run=True, tags=["b"])
+    reveal_type(preview)  # N: Revealed type is "django_weft.bulk.BulkPreview"
+    result = weft.bulk.cancel("incident", confirmation_token=preview.confirmation_token, tags=["b"])
+    reveal_type(result)  # N: Revealed type is "django_weft.bulk.BulkResult"
+    reveal_type(weft.bulk.signal("go", 1, dry_run=True))  # N: Revealed type is "django_weft.bulk.BulkPreview"
+    reveal_type(weft.bulk.purge(confirmation_token="t"))  # N: Revealed type is "django_weft.bulk.BulkResult"
+    return result.count + preview.matched
