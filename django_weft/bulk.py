@@ -60,6 +60,9 @@ SAMPLE_SIZE = 10
 ATTEMPTS = 3
 SALT = "django_weft.bulk"
 TOKEN_VERSION = 2  # 2: the token binds a signal's payload (digest)
+# A token confirms for this long (seconds): an old preview is not taken as today's intent (a suspend token
+# replayed after a resume, say).
+TOKEN_MAX_AGE = 3600
 
 S = RunStatus
 # The runs each operation applies to: the filter is narrowed to them.
@@ -368,7 +371,10 @@ def _read_token(token: Any, op: _Operation, described: dict[str, Any]) -> dict[s
     if not isinstance(token, str) or not token:
         raise InvalidArgument(f"confirmation_token must be the token of a preview, got {token!r}")
     try:
-        claimed = signing.loads(token, salt=SALT)
+        claimed = signing.loads(token, salt=SALT, max_age=TOKEN_MAX_AGE)
+    except signing.SignatureExpired:
+        raise BulkConfirmationError(f"this confirmation token is over {TOKEN_MAX_AGE // 60} minutes old: what it "
+                                    "previewed may no longer be what its operator meant; preview again") from None
     except signing.BadSignature:
         raise BulkConfirmationError("this confirmation token was not issued by a bulk preview here (forged, "
                                     "altered or signed with another SECRET_KEY); preview again") from None

@@ -117,6 +117,22 @@ def test_a_signal_token_confirms_only_the_payload_it_previewed():
     assert "ok" not in str(BulkOperation.objects.get().arguments)  # the payload stays out of the audit row
 
 
+def test_a_token_older_than_an_hour_is_refused(monkeypatch):
+    import time
+
+    from django.core import signing
+
+    runs = [weft.start("test.long_sleep", tags=["old"]) for _ in range(2)]
+    token = weft.bulk.suspend(dry_run=True, tags=["old"]).confirmation_token
+    issued = time.time()
+    monkeypatch.setattr(signing.time, "time", lambda: issued + weft.bulk.TOKEN_MAX_AGE + 5)
+    with pytest.raises(weft.BulkConfirmationError, match="over 60 minutes old"):
+        weft.bulk.suspend(confirmation_token=token, tags=["old"])
+    assert {h.status for h in runs} == {RunStatus.PENDING} and not BulkOperation.objects.exists()
+    monkeypatch.setattr(signing.time, "time", lambda: issued + weft.bulk.TOKEN_MAX_AGE - 5)
+    assert weft.bulk.suspend(confirmation_token=token, tags=["old"]).count == 2
+
+
 def test_neither_dry_run_nor_token_and_bad_arguments_are_invalid():
     with pytest.raises(weft.InvalidArgument, match="needs dry_run=True"):
         weft.bulk.cancel(tags=["b"])
