@@ -18,8 +18,9 @@ Activities (``activity`` is the activity's name, ``seq`` its step in the journal
 
 Signals sent to runs:
 
-* ``signal_received``: ``signal`` (the stored :class:`~django_weft.models.Signal`) and ``name``, after the
-  commit that stored it (a duplicate ``signal_id`` stores nothing and sends nothing);
+* ``signal_received``: ``name``, ``signal_pk``, ``signal_id`` and ``record`` (the stored
+  :class:`~django_weft.models.Signal`), after the commit that stored it (a duplicate ``signal_id`` stores
+  nothing and sends nothing);
 * ``signal_consumed``: ``name``, ``signal_pk`` and ``seq`` (the step that consumed it), after the run's commit
   that records the consumption.
 """

@@ -215,7 +215,8 @@ def signal_received(run: Workflow, signal: Any) -> None:
     """Inside the transaction that stored ``signal`` (a models.Signal) for ``run``."""
     if signals.signal_received.receivers:
         transaction.on_commit(lambda: signals.signal_received.send_robust(
-            sender=Workflow, run=run, signal=signal, name=signal.name))
+            sender=Workflow, run=run, name=signal.name, signal_pk=signal.pk, signal_id=signal.signal_id,
+            record=signal))  # not signal=: Django passes the Signal being sent under that name
 
 
 def signal_consumed(signal: Any) -> None:
