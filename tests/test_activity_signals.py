@@ -66,7 +66,8 @@ def test_the_last_failed_attempt_is_not_retried(weft_env, received):
     weft.start("test.uncaught", "s3")
     weft_env.drive()
     [failed] = received["activity_failed"]
-    assert failed["will_retry"] is False and failed["error"]["type"].endswith("ValueError") and failed["step"].status == "failed"
+    assert failed["will_retry"] is False and failed["step"].status == "failed"
+    assert failed["error"]["type"].endswith("ValueError")
 
 
 def test_an_attempt_whose_commit_is_refused_completes_nothing(weft_env, received):

@@ -95,8 +95,9 @@ def test_a_schedule_tick_is_a_span_and_the_runs_it_starts_link_to_it(weft_env):
 def test_the_link_holds_when_another_process_executes_the_run():
     with tracer.start_as_current_span("request") as request:
         handle = weft.start("test.steps", {"key": "t5", "count": 2})
-    done = subprocess.run([sys.executable, "-m", "tests.trace_child"], cwd=REPO_ROOT, env=process_env(PYTHONPATH=f"{REPO_ROOT}:{REPO_ROOT / 'testproject'}"),
-                          capture_output=True, text=True, timeout=120)
+    path = f"{REPO_ROOT}:{REPO_ROOT / 'testproject'}"
+    done = subprocess.run([sys.executable, "-m", "tests.trace_child"], cwd=REPO_ROOT,
+                          env=process_env(PYTHONPATH=path), capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     [execution] = json.loads(done.stdout.strip().splitlines()[-1])
     assert execution["name"] == "weft.run test.steps"

@@ -9,7 +9,6 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 
-
 class _WhileRecording(SimpleSpanProcessor):
     """Keeps spans only while a tracing test runs (``recording``), so the rest of the suite stores none."""
 
