@@ -104,3 +104,13 @@ def test_the_link_holds_when_another_process_executes_the_run():
     assert execution["links"] == [list(ids(request))]
     assert execution["children"] == [RECORD, RECORD]
     assert handle.status == "completed"
+
+
+@pytest.mark.django_db
+def test_a_child_run_links_to_its_parents_execution(weft_env):
+    handle = weft.start("test.parent", {"key": "t6"})
+    weft_env.drive()
+    assert handle.result() == "child t6 done"
+    parent_first = spans("weft.run test.parent")[0]
+    [child] = spans("weft.run test.child")
+    assert linked(child) == {ids(parent_first)}

@@ -180,7 +180,8 @@ def steps_committed(run: Workflow, steps: Sequence[WorkflowStep], consumed: Sequ
         for step in steps:
             if step.finished_at is not None and step.started_at is not None and step.status in _ENDED:
                 _metrics.step_ended(step.kind, (step.finished_at - step.started_at).total_seconds())
-    announced = [step for step in steps if step.kind == StepKind.ACTIVITY and _activity_ended(step)]
+    listened = signals.activity_completed.receivers or signals.activity_failed.receivers
+    announced = [step for step in steps if step.kind == StepKind.ACTIVITY and _activity_ended(step)] if listened else []
     if announced:
         transaction.on_commit(lambda: _send_activities(run, announced))
     if consumed and signals.signal_consumed.receivers:
