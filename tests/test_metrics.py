@@ -16,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import django_weft as weft
 from django_weft import clock
+from django_weft.models import Workflow
 from django_weft.observability import events
 from tests.procs import wait_until
 
@@ -103,6 +104,23 @@ def test_backlog_gauges_come_from_the_database_at_scrape_time(client, weft_env):
     assert value(late, "weft_runnable_runs") == 3 and value(late, "weft_timers_overdue") == 1
     weft_env.drive()
     assert value(scrape(client), "weft_runnable_runs") == 0
+
+
+def test_a_run_whose_executor_died_is_in_the_backlog_and_counted_as_a_takeover(client, weft_env):
+    handle = weft.start("test.approval", "died")
+    weft_env.drive()  # parked, waiting for a signal
+    before = scrape(client)
+    # As a killed executor leaves it: running, held by a dead owner, lease expired a second ago.
+    Workflow.objects.filter(pk=handle.run_id).update(status="running", lease_owner="dead-worker",
+                                                     runnable_at=weft_env.now() - timedelta(seconds=1))
+    held = scrape(client)
+    assert value(held, "weft_runnable_runs") == 1
+    assert value(held, "weft_runnable_oldest_age_seconds") == pytest.approx(1)
+    weft_env.drive()
+    after = scrape(client)
+    name = "weft_lease_takeovers_total"
+    assert value(after, name, workflow_type="test.approval") - value(before, name, workflow_type="test.approval") == 1
+    assert value(after, "weft_runnable_runs") == 0
 
 
 def test_schedule_lag_is_how_late_the_most_overdue_schedule_is(client, weft_env):
