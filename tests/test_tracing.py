@@ -13,7 +13,7 @@ import pytest
 from opentelemetry import trace
 
 import django_weft as weft
-from django_weft.models import Signal, Workflow
+from django_weft.models import Signal, Workflow, WorkflowStep
 from tests import tracing_setup
 from tests.procs import REPO_ROOT, process_env
 from tests.tracing_setup import ids, linked, spans, tracer
@@ -79,6 +79,30 @@ def test_a_failed_attempt_is_an_error_span(weft_env):
     [attempt] = spans("weft.activity tests.testapp.workflows.refuses")
     assert attempt.status.status_code == trace.StatusCode.ERROR
     assert spans("weft.run test.uncaught")[0].attributes["weft.outcome"] == "failed"
+
+
+class _Unprintable(Exception):
+    def __str__(self) -> str:
+        raise ValueError("__str__ refuses")
+
+
+@weft.activity(retry=weft.RetryPolicy(max_attempts=1))
+def unprintable() -> None:
+    raise _Unprintable()
+
+
+@weft.workflow(name="tracing.unprintable")
+def raises_unprintable(ctx: weft.Context) -> None:
+    ctx.run(unprintable)
+
+
+@pytest.mark.django_db
+def test_an_error_whose_str_raises_is_recorded_as_itself_not_as_the_spans_failure(weft_env):
+    handle = weft.start("tracing.unprintable")
+    weft_env.drive()
+    assert WorkflowStep.objects.get(run_id=handle.run_id).error["type"].endswith("_Unprintable")
+    [attempt] = spans("weft.activity tests.test_tracing.unprintable")
+    assert attempt.status.status_code == trace.StatusCode.ERROR
 
 
 @pytest.mark.django_db

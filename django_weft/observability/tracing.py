@@ -38,12 +38,29 @@ def _link(data: Any) -> trace.Link | None:
 
 
 @contextmanager
+def _span(name: str, **options: Any) -> Iterator[trace.Span]:
+    # The API's own exception recording calls str(exc): an exception whose __str__ raises would replace the
+    # error the engine records. Recorded here instead, and never at the cost of the original exception.
+    with _tracer.start_as_current_span(name, record_exception=False, set_status_on_exception=False,
+                                       **options) as span:
+        try:
+            yield span
+        except Exception as exc:  # not BaseException: weft.complete_async() and suspensions are no failures
+            try:
+                span.set_status(trace.Status(trace.StatusCode.ERROR, type(exc).__name__))
+                span.record_exception(exc)
+            except Exception:
+                pass
+            raise
+
+
+@contextmanager
 def execution_span(run: Workflow) -> Iterator[trace.Span]:
     links = [link for link in (_link(run.trace_context),) if link is not None]
     attributes = {"weft.workflow_type": run.workflow_type, "weft.workflow_id": run.workflow_id,
                   "weft.run_id": str(run.pk)}
-    with _tracer.start_as_current_span(f"weft.run {run.workflow_type}", kind=trace.SpanKind.CONSUMER, links=links,
-                                       attributes=attributes) as span:
+    with _span(f"weft.run {run.workflow_type}", kind=trace.SpanKind.CONSUMER, links=links,
+               attributes=attributes) as span:
         yield span
 
 
@@ -51,7 +68,7 @@ def execution_span(run: Workflow) -> Iterator[trace.Span]:
 def attempt_span(run: Workflow, info: Any) -> Iterator[trace.Span]:
     attributes = {"weft.activity": info.activity, "weft.seq": info.seq, "weft.attempt": info.attempt,
                   "weft.run_id": str(run.pk)}
-    with _tracer.start_as_current_span(f"weft.activity {info.activity}", attributes=attributes) as span:
+    with _span(f"weft.activity {info.activity}", attributes=attributes) as span:
         yield span
 
 
@@ -64,5 +81,5 @@ def link_current(data: Any) -> None:
 
 @contextmanager
 def tick_span() -> Iterator[trace.Span]:
-    with _tracer.start_as_current_span("weft.schedule_tick", kind=trace.SpanKind.INTERNAL) as span:
+    with _span("weft.schedule_tick", kind=trace.SpanKind.INTERNAL) as span:
         yield span
