@@ -17,6 +17,9 @@ class WeftConfig(AppConfig):
             schedules,  # noqa: F401  (binds Schedule's operations and the run-closed hook)
         )
         from .conf import weft_settings
+        from .observability import events
+
+        events.configure()  # metrics and tracing: on when installed, unless turned off
 
         try:
             from . import tasks  # noqa: F401  (registers the Celery tasks with wakeups)

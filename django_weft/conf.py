@@ -70,6 +70,18 @@ DEFAULTS: dict[str, Any] = {
     # The typed, indexed search attributes runs may carry: name -> "int", "keyword", "text", "decimal",
     # "datetime", "bool" or "keyword_list" (see django_weft.attributes).
     "SEARCH_ATTRIBUTES": {},
+    # Prometheus metrics (the "metrics" extra): None turns them on when prometheus_client is installed, False
+    # off. Read once, when Django starts (django_weft.observability.configure): the engine's hooks check a
+    # module flag, so metrics that are off cost nothing.
+    "METRICS": None,
+    # OpenTelemetry spans and trace links (the "tracing" extra): None turns them on when opentelemetry-api is
+    # installed, False off. Read once, when Django starts, like METRICS.
+    "TRACING": None,
+    # The metrics/ view (django_weft.urls) answers anyone: for a Prometheus that scrapes without logging in.
+    # Otherwise it needs a staff user or METRICS_TOKEN.
+    "METRICS_PUBLIC": False,
+    # A secret a scraper sends as "Authorization: Bearer <token>" to read metrics/ (None: staff users only).
+    "METRICS_TOKEN": None,
 }
 
 EXECUTORS = ("loop", "celery")

@@ -12,6 +12,7 @@ from django.db import transaction
 
 from . import wakeups
 from .models import RunStatus, Signal, UpdateStatus, Workflow, WorkflowUpdate
+from .observability import events
 
 
 def record_event(run: Workflow, now: datetime, *, wakes: bool) -> int:
@@ -30,8 +31,9 @@ def deliver_signal(run: Workflow, name: str, payload: bytes, signal_id: str | No
     if signal_id is not None and Signal.objects.filter(run=run, name=name, signal_id=signal_id).exists():
         return False
     sequence = record_event(run, now, wakes=name in (run.awaiting_signals or ()))
-    Signal.objects.create(run=run, name=name, payload=payload, signal_id=signal_id, sequence=sequence,
-                          received_at=now)
+    signal = Signal.objects.create(run=run, name=name, payload=payload, signal_id=signal_id, sequence=sequence,
+                                   received_at=now, trace_context=events.trace_context())
+    events.signal_received(run, signal)
     return True
 
 

@@ -16,6 +16,7 @@ from django.db.models import Field, Model
 
 from . import attribute_rows, wakeups
 from .models import AsyncActivity, Signal, Timer, UpdateStatus, Workflow, WorkflowStep, WorkflowUpdate
+from .observability import events
 
 
 @dataclass
@@ -44,6 +45,7 @@ class ConsumeSignal:
     signal_pk: int
     at: datetime
     seq: int
+    name: str = ""  # for the signal_consumed signal
 
 
 @dataclass
@@ -99,6 +101,17 @@ class SetSearchAttributes:
 
 JournalWrite = (InsertStep | UpdateStep | InsertTimer | FireTimer | ConsumeSignal | InsertChild | InsertAsync
                 | ResolveAsync | CancelChild | ApplyUpdate | SetSearchAttributes)
+
+
+def announce(run: Workflow, writes: Sequence[JournalWrite]) -> None:
+    """Inside the transaction that applied ``writes`` to ``run``: tell the observability hooks what it
+    recorded (they count finished steps and send the activity and signal signals after it commits)."""
+    if not events.watching_steps():
+        return
+    steps = [w.step for w in writes if isinstance(w, InsertStep | UpdateStep)]
+    consumed = [(w.signal_pk, w.name, w.seq) for w in writes if isinstance(w, ConsumeSignal)]
+    if steps or consumed:
+        events.steps_committed(run, steps, consumed)
 
 
 def apply(writes: Iterable[JournalWrite]) -> None:

@@ -12,6 +12,7 @@ in :mod:`django_weft.schedules`, which uses :class:`ScheduleTicker` for the occu
 from __future__ import annotations
 
 import logging
+from contextlib import ExitStack
 from datetime import datetime, timedelta
 from typing import cast
 
@@ -22,6 +23,7 @@ from . import transitions
 from .codec import decode
 from .conf import weft_settings
 from .models import OccurrenceOutcome, OverlapPolicy, Schedule, ScheduleOccurrence, ScheduleStatus, Workflow
+from .observability import events
 from .occurrences import Cadence, count_between, jitter_offset, parse_zone
 from .registry import get_workflow
 from .signals import schedule_fired, schedule_missed_fire
@@ -212,10 +214,19 @@ def fire_due_schedules(now: datetime) -> int:
     in it fails, that savepoint is rolled back and the page is ticked again schedule by schedule, each in
     a savepoint of its own, so that an error pauses the schedule that caused it alone.
     """
-    started = 0
+    with ExitStack() as observed:
+        return _fire_due_pages(now, observed)
+
+
+def _fire_due_pages(now: datetime, observed: ExitStack) -> int:
+    started, traced = 0, False
     while True:
         with transaction.atomic():
             page = list(due_schedules().filter(due_at__lte=now).select_for_update(skip_locked=True)[:PAGE_SIZE])
+            if page and not traced:
+                # A span for a tick that has work (most passes find none); the runs it starts remember it.
+                observed.enter_context(events.schedule_tick())
+                traced = True
             try:
                 with transaction.atomic():
                     started_here = _tick_page(page, now)

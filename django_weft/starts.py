@@ -16,6 +16,7 @@ from .codec import encode
 from .durations import check_moment, to_seconds
 from .exceptions import InvalidArgument
 from .models import Workflow
+from .observability import events
 from .registry import WorkflowDefinition
 from .storable import check_text
 
@@ -122,6 +123,7 @@ def prepare_run(
         execution_deadline=deadline,
         created_at=now,
         updated_at=now,
+        trace_context=events.trace_context(),  # its executions link to the trace that started it
     )
     run.workflow_id = workflow_id or str(run.run_id)
     return run

@@ -192,6 +192,7 @@ def _fenced_write(claim: Claim, now: datetime, writes: Sequence[journal.JournalW
         if fast is False:
             raise _refused(claim)
         if fast is True:
+            journal.announce(run, pending)
             return
     with transaction.atomic():
         if touches_others:
@@ -200,6 +201,7 @@ def _fenced_write(claim: Claim, now: datetime, writes: Sequence[journal.JournalW
         if updated == 0:
             raise _refused(claim)
         journal.apply(pending)
+        journal.announce(run, pending)
         if closing is not None and touches_others:
             run.status = closing
             _after_close(run, now)

@@ -1,4 +1,5 @@
-"""``path("weft/", include("django_weft.urls"))`` exposes the async-activity completion webhooks."""
+"""``path("weft/", include("django_weft.urls"))`` exposes the async-activity completion webhooks and the
+Prometheus metrics (``metrics/``: see django_weft.views.metrics for who may read them)."""
 
 from __future__ import annotations
 
@@ -11,4 +12,5 @@ app_name = "django_weft"
 urlpatterns = [
     path("complete/", views.complete, name="complete"),
     path("fail/", views.fail, name="fail"),
+    path("metrics/", views.metrics, name="metrics"),
 ]

@@ -4,21 +4,28 @@ POST a JSON body: ``{"token": "...", "result": ...}`` to ``complete/``, ``{"toke
 {"message": "...", "type": "..."}}`` (or a message string) to ``fail/``. The token is the only
 credential (signed, single-use), so the views are CSRF-exempt. Status codes: 200 done, 400 bad request,
 404 unknown or forged token, 409 already resolved, 413 too large.
+
+``metrics/`` (GET) answers Prometheus' text format: to anyone with ``WEFT_METRICS_PUBLIC = True``, else to a
+staff user or a request with ``Authorization: Bearer <WEFT_METRICS_TOKEN>`` (401 without credentials, 403
+with wrong ones); 501 when metrics are off or prometheus-client is not installed.
 """
 
 from __future__ import annotations
 
+import hmac
 import json
 from collections.abc import Callable
 from typing import Any
 
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_exempt
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_GET, require_POST
 
 from .activities import complete_async_activity, fail_async_activity
 from .conf import weft_settings
 from .exceptions import InvalidArgument, InvalidTaskToken, PayloadNotSerializable, PayloadTooLarge, TaskTokenAlreadyUsed
+from .observability import events
 
 
 def _error(status: int, message: str) -> JsonResponse:
@@ -71,3 +78,35 @@ def complete(request: HttpRequest) -> JsonResponse:
 @require_POST
 def fail(request: HttpRequest) -> JsonResponse:
     return _handle(request, "error", fail_async_activity)
+
+
+def _may_read_metrics(request: HttpRequest) -> int | None:
+    """None if the request may read the metrics, else the HTTP status that refuses it."""
+    if weft_settings.METRICS_PUBLIC:
+        return None
+    token = weft_settings.METRICS_TOKEN
+    sent = request.headers.get("Authorization", "")
+    if token and sent.startswith("Bearer "):
+        given = sent.removeprefix("Bearer ").strip()
+        return None if hmac.compare_digest(given.encode(), str(token).encode()) else 403
+    user = getattr(request, "user", None)
+    if user is not None and user.is_authenticated:
+        return None if user.is_active and user.is_staff else 403
+    return 401
+
+
+@never_cache
+@require_GET
+def metrics(request: HttpRequest) -> HttpResponse:
+    module = events.metrics()
+    if module is None:
+        return HttpResponse("metrics are off: install prometheus-client (pip install 'django-weft[metrics]') and "
+                            "leave WEFT_METRICS unset or True\n", status=501, content_type="text/plain")
+    refused = _may_read_metrics(request)
+    if refused is not None:
+        response = HttpResponse("staff login or Authorization: Bearer <WEFT_METRICS_TOKEN> needed\n",
+                                status=refused, content_type="text/plain")
+        if refused == 401:
+            response["WWW-Authenticate"] = 'Bearer realm="django_weft metrics"'
+        return response
+    return HttpResponse(module.render(), content_type=module.CONTENT_TYPE)

@@ -13,6 +13,7 @@ from ..codec import decode, encode
 from ..conf import weft_settings
 from ..exceptions import ActivityError, FencingError, WorkflowNotRegistered
 from ..models import FailureCategory, StepKind, StepStatus, Timer, WorkflowStep
+from ..observability import events
 from ..registry import get_workflow
 from ..starts import prepare_run
 from .context import Context
@@ -52,6 +53,13 @@ HISTORY_WARNING = 0.8
 
 def execute(claim: transitions.Claim, should_stop: Callable[[], bool] = lambda: False) -> str:
     """Drive ``claim.run`` until it parks, finishes, or is taken away. Never raises for workflow errors."""
+    with events.execution(claim.run) as observed:  # its span is current while the workflow's code runs
+        outcome = _execute(claim, should_stop)
+        observed.ended(outcome)
+    return outcome
+
+
+def _execute(claim: transitions.Claim, should_stop: Callable[[], bool]) -> str:
     run = claim.run
     now = clock.now()
     if run.execution_deadline is not None and run.execution_deadline <= now:
@@ -81,6 +89,7 @@ def execute(claim: transitions.Claim, should_stop: Callable[[], bool] = lambda: 
                                                                        seq__isnull=False)}
     claim.has_dependents = any(step.kind == StepKind.CHILD for step in journal.values())
     if claim.previous_status == transitions.S.RUNNING and claim.previous_owner:
+        events.takeover(run)
         poisoned = _count_recovery(claim, len(journal))
         if poisoned is not None:
             return poisoned

@@ -14,6 +14,7 @@ from django_weft.beat import install_beat
 from django_weft.conf import weft_settings
 from django_weft.exceptions import ConfigurationError
 from django_weft.maintenance import maintenance_pass, run_maintenance
+from django_weft.observability import events
 from django_weft.runtime.worker import Worker
 from django_weft.schedules import sync_schedules
 
@@ -38,9 +39,15 @@ class Command(BaseCommand):
                                  "maintenance pass as the Celery task django_weft.maintenance, and exit.")
         parser.add_argument("--every", type=int, default=5,
                             help="With --install-beat: seconds between maintenance passes (default 5).")
+        parser.add_argument("--metrics-port", type=int, default=None,
+                            help="Serve Prometheus metrics over HTTP on this port (0: any free port, printed) "
+                                 "while the loop runs; needs the 'metrics' extra (prometheus-client).")
+        parser.add_argument("--metrics-addr", default="0.0.0.0",
+                            help="With --metrics-port: the address to listen on (default 0.0.0.0).")
 
     def handle(self, *args: Any, once: bool, workers: int, interval: float | None, no_execute: bool,
-               install_beat: bool, every: int, **options: Any) -> None:
+               install_beat: bool, every: int, metrics_port: int | None = None, metrics_addr: str = "0.0.0.0",
+               **options: Any) -> None:
         if install_beat:
             self.handle_install_beat(every)
             return
@@ -56,6 +63,7 @@ class Command(BaseCommand):
                 report = run_maintenance()
             self.stdout.write(f"weft_maintenance: {report}")
             return
+        server = self.serve_metrics(metrics_port, metrics_addr) if metrics_port is not None else None
         self.sync_schedules()
         worker = Worker(threads=0 if no_execute else workers, interval=interval)
 
@@ -74,8 +82,27 @@ class Command(BaseCommand):
         wakeups = "LISTEN/NOTIFY wake-ups" if worker.listener is not None else f"polling every {worker.interval}s"
         self.stdout.write(f"weft_maintenance: running with {what}, {wakeups}; pid {os.getpid()}")
         self.stdout.flush()
-        worker.run()
+        try:
+            worker.run()
+        finally:
+            if server is not None:
+                server.shutdown()
         self.stdout.write(f"weft_maintenance: stopped ({dict(worker.outcomes)})")
+
+    def serve_metrics(self, port: int, addr: str) -> Any:
+        metrics = events.metrics()
+        if metrics is None:
+            raise CommandError("--metrics-port needs prometheus-client (pip install 'django-weft[metrics]') and "
+                               "WEFT_METRICS not set to False")
+        if not 0 <= port <= 65535:
+            raise CommandError("--metrics-port must be between 0 and 65535")
+        try:
+            server = metrics.serve(port, addr)
+        except OSError as exc:
+            raise CommandError(f"--metrics-port {port}: cannot listen on {addr or '*'}:{port}: {exc}") from exc
+        self.stdout.write(f"weft_maintenance: metrics at http://{addr}:{server.server_port}/metrics")
+        self.stdout.flush()
+        return server
 
     def handle_install_beat(self, every: int) -> None:
         try:

@@ -27,6 +27,7 @@ from ...codec import decode, encode
 from ...exceptions import ActivityTimeout, PayloadError
 from ...heartbeats import AttemptControl
 from ...models import StepKind, StepStatus, TimerPurpose
+from ...observability import events
 from ..attempt_pool import AttemptJob, in_callers_transaction
 from ..errors import ReplayFrontier, StopExecution, error_dict
 from .branches import POLL_SECONDS, Branches
@@ -104,6 +105,7 @@ class ActivityOps(Branches):
                             activity=definition.name, generation=self._claim.run.retries, control=control)
         self._last_info = info
         body = body_of(definition)  # the activity's function, or a test's replacement of it
+        body = events.attempt(body, info, self._claim.run, is_async=is_coroutine_body(body))
         if definition.heartbeat_timeout is not None or is_coroutine_body(body):
             return self._invoke_in_pool(definition, info, body, args, kwargs)
         control.begin()

@@ -188,7 +188,7 @@ class Inbox(Signals, Handlers):
         seq = self._take_position()
         now = clock.now()
         self._consumed(signal)
-        self._defer(journal.ConsumeSignal(signal.pk, now, seq))
+        self._defer(journal.ConsumeSignal(signal.pk, now, seq, signal.name))
         self._defer(self._record(self._step(seq, StepKind.SIGNAL_HANDLER, signal.name, StepStatus.COMPLETED,
                                             result=signal.payload, started=now, finished=now), None))
 

@@ -14,11 +14,12 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ... import clock, journal
-from ...activities import ActivityDefinition, ActivityInfo, body_of
+from ...activities import ActivityDefinition, ActivityInfo, body_of, is_coroutine_body
 from ...codec import decode, encode
 from ...exceptions import ActivityTimeout, BranchCancelled, NonDeterminismError, PayloadError, WaitTimeout
 from ...heartbeats import AttemptControl
 from ...models import AsyncActivity, AsyncStatus, FailureCategory, StepStatus, Timer, TimerPurpose, WorkflowStep
+from ...observability import events
 from ...tokens import make_task_token
 from ..attempt_pool import AttemptJob, Outcome
 from ..errors import error_category, error_dict
@@ -202,8 +203,10 @@ class ActivityBranch(Pending[T]):
         self._info = ActivityInfo(workflow_id=ctx.workflow_id, run_id=ctx.run_id, seq=self.seq,
                                   attempt=self._attempt, activity=definition.name, generation=ctx._claim.run.retries,
                                   control=control)
-        self._future = ctx._attempt_pool().submit(AttemptJob(self._info, body_of(definition), self._args,
-                                                             self._kwargs, timeout=definition.timeout))
+        body = body_of(definition)
+        body = events.attempt(body, self._info, ctx._claim.run, is_async=is_coroutine_body(body))
+        self._future = ctx._attempt_pool().submit(AttemptJob(self._info, body, self._args, self._kwargs,
+                                                             timeout=definition.timeout))
 
     @property
     def running(self) -> bool:
@@ -419,7 +422,7 @@ class SignalBranch(Pending[Any]):
         payload = decode(arrived.payload)
         value = [arrived.name, payload] if self._several else payload
         ctx._consumed(arrived)
-        ctx._defer(journal.ConsumeSignal(arrived.pk, now, self.seq))
+        ctx._defer(journal.ConsumeSignal(arrived.pk, now, self.seq, arrived.name))
         self._write_row(StepStatus.COMPLETED, result=encode(value, what="signal payload"))
         self._settle(value=tuple(value) if self._several else value)
 

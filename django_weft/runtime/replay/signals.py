@@ -15,6 +15,7 @@ from ...codec import decode, encode
 from ...durations import to_seconds
 from ...exceptions import InvalidArgument, WaitTimeout
 from ...models import FailureCategory, Signal, StepKind, StepStatus, Timer, TimerPurpose, WorkflowStep
+from ...observability import events
 from ...storable import check_text
 from .core import ReplayCore
 
@@ -47,7 +48,7 @@ class Signals(ReplayCore):
             payload = decode(arrived.payload)
             value = [arrived.name, payload] if several else payload
             self._consumed(arrived)
-            self._defer(journal.ConsumeSignal(arrived.pk, now, seq))
+            self._defer(journal.ConsumeSignal(arrived.pk, now, seq, arrived.name))
             if timer is not None:
                 self._defer(journal.FireTimer(timer.pk, now))
             self._defer(self._record(self._step(
@@ -100,6 +101,7 @@ class Signals(ReplayCore):
         return pending.order_by("sequence")
 
     def _consumed(self, signal: Signal) -> None:
+        events.signal_consumed(signal)  # the execution's span links to the sender's trace
         self._consumed_up_to[signal.name] = max(signal.sequence, self._consumed_up_to.get(signal.name, 0))
 
     def _signal_timed_out(self, seq: int, step: WorkflowStep | None, label: str, started: datetime,

@@ -1,0 +1,234 @@
+"""The engine's observability hooks: an execution, an activity attempt, the steps a commit recorded, a
+delivered signal, a takeover, a schedule tick. Each fans out to Prometheus metrics, OpenTelemetry spans and
+the Django signals of :mod:`django_weft.signals`.
+
+:func:`configure` decides once, when Django starts, whether metrics and tracing are on, and imports their
+modules only then. Every hook first checks the module globals ``_metrics`` and ``_tracing`` (and, for the
+Django signals, whether anyone listens), so with everything off a hook costs a call and a branch.
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
+from types import ModuleType
+from typing import Any, Protocol
+
+from django.core.exceptions import ImproperlyConfigured
+from django.db import transaction
+
+from .. import signals
+from ..conf import weft_settings
+from ..models import StepKind, StepStatus, Workflow, WorkflowStep
+
+_metrics: ModuleType | None = None
+_tracing: ModuleType | None = None
+
+# The libraries behind each module: an ImportError naming another module is a bug, not a missing extra.
+_LIBRARIES = {"metrics": ("prometheus_client", "metrics"), "tracing": ("opentelemetry", "tracing")}
+
+
+def configure() -> None:
+    """Turn metrics and tracing on or off from WEFT_METRICS / WEFT_TRACING (None: on when installed)."""
+    global _metrics, _tracing
+    _metrics = _load("METRICS", "metrics")
+    _tracing = _load("TRACING", "tracing")
+
+
+def _load(setting: str, name: str) -> ModuleType | None:
+    wanted = getattr(weft_settings, setting)
+    if wanted is False:
+        return None
+    library, extra = _LIBRARIES[name]
+    try:
+        return importlib.import_module(f"{__package__}.{name}")
+    except ImportError as exc:
+        if not (exc.name or "").startswith(library):
+            raise
+        if wanted:
+            raise ImproperlyConfigured(f"WEFT_{setting} = True needs {library}: pip install 'django-weft[{extra}]'"
+                                       ) from exc
+        return None
+
+
+def metrics() -> ModuleType | None:
+    """The loaded :mod:`.metrics` module, or None when metrics are off or not installed."""
+    return _metrics
+
+
+def tracing() -> ModuleType | None:
+    return _tracing
+
+
+# --- runs -------------------------------------------------------------------------------------------
+
+
+def trace_context() -> dict | None:
+    """The current span's W3C carrier, stored on a run at start() and on a signal at signal(); None
+    without tracing or without a current span."""
+    return _tracing.carrier() if _tracing is not None else None
+
+
+class Execution:
+    """What one execution of a run reports: ``ended(outcome)`` when the executor knows how it ended."""
+
+    def __init__(self, run: Workflow) -> None:
+        self.run = run
+        self.outcome = ""
+
+    def ended(self, outcome: str) -> None:
+        self.outcome = outcome
+
+
+@contextmanager
+def execution(run: Workflow) -> Iterator[Execution]:
+    """Around one execution of ``run``: a span (current while user code runs, linked to the trace that
+    started the run), the busy-executor gauge and the execution's duration."""
+    report = Execution(run)
+    if _metrics is None and _tracing is None:
+        yield report
+        return
+    began = time.monotonic()
+    span = _tracing.execution_span(run) if _tracing is not None else nullcontext()
+    if _metrics is not None:
+        _metrics.execution_began()
+    try:
+        with span as current:
+            yield report
+            if current is not None:
+                current.set_attribute("weft.outcome", report.outcome)
+    finally:
+        if _metrics is not None:
+            _metrics.execution_ended(run.workflow_type, report.outcome or "error", time.monotonic() - began)
+
+
+def takeover(run: Workflow) -> None:
+    """This execution took ``run`` over from an executor whose lease expired."""
+    if _metrics is not None:
+        _metrics.takeover(run.workflow_type)
+
+
+# --- activity attempts -------------------------------------------------------------------------------
+
+
+class AttemptInfo(Protocol):
+    """What an attempt's hooks read of ``django_weft.activities.ActivityInfo``."""
+
+    activity: str
+    seq: int
+    attempt: int
+
+
+def attempt(body: Callable[..., Any], info: AttemptInfo, run: Workflow, *, is_async: bool) -> Callable[..., Any]:
+    """``body`` wrapped so each call of it is one attempt: ``activity_started`` (sent as it begins: an
+    attempt commits nothing before it runs), a span, and its duration by outcome. ``body`` itself when
+    nothing watches."""
+    if _metrics is None and _tracing is None and not signals.activity_started.receivers:
+        return body
+    if is_async:
+        async def run_async(*args: Any, **kwargs: Any) -> Any:
+            with _attempt_scope(info, run):
+                return await body(*args, **kwargs)
+        return run_async
+
+    def run_sync(*args: Any, **kwargs: Any) -> Any:
+        with _attempt_scope(info, run):
+            return body(*args, **kwargs)
+    return run_sync
+
+
+@contextmanager
+def _attempt_scope(info: AttemptInfo, run: Workflow) -> Iterator[None]:
+    if signals.activity_started.receivers:
+        # On the attempt's own thread no transaction is open, so this sends at once; inside a caller's
+        # transaction (run_maintenance in atomic()) it waits for that transaction's commit.
+        transaction.on_commit(lambda: signals.activity_started.send_robust(
+            sender=Workflow, run=run, activity=info.activity, seq=info.seq, attempt=info.attempt))
+    began = time.monotonic()
+    outcome = "failed"
+    span = _tracing.attempt_span(run, info) if _tracing is not None else nullcontext()
+    try:
+        with span:
+            try:
+                yield
+            except BaseException as exc:  # weft.complete_async() is a BaseException: the attempt parked
+                if type(exc).__name__ == "CompleteAsync":
+                    outcome = "async"
+                raise
+            outcome = "completed"
+    finally:
+        if _metrics is not None:
+            _metrics.attempt_ended(info.activity, outcome, time.monotonic() - began)
+
+
+# --- what a fenced commit recorded ---------------------------------------------------------------------
+
+
+def watching_steps() -> bool:
+    """Whether :func:`steps_committed` has anything to do (the state writer skips building its arguments)."""
+    return _metrics is not None or bool(
+        signals.activity_completed.receivers or signals.activity_failed.receivers
+        or signals.signal_consumed.receivers)
+
+
+def steps_committed(run: Workflow, steps: Sequence[WorkflowStep], consumed: Sequence[tuple[int, str, int]]) -> None:
+    """Inside the transaction that records ``steps`` and consumes signals (pk, name, seq) for ``run``: count
+    the steps that finished, and send the activity and signal_consumed signals once it commits."""
+    if _metrics is not None:
+        for step in steps:
+            if step.finished_at is not None and step.started_at is not None and step.status in _ENDED:
+                _metrics.step_ended(step.kind, (step.finished_at - step.started_at).total_seconds())
+    listened = signals.activity_completed.receivers or signals.activity_failed.receivers
+    announced = [step for step in steps if step.kind == StepKind.ACTIVITY and _activity_ended(step)] if listened else []
+    if announced:
+        transaction.on_commit(lambda: _send_activities(run, announced))
+    if consumed and signals.signal_consumed.receivers:
+        transaction.on_commit(lambda: [
+            signals.signal_consumed.send_robust(sender=Workflow, run=run, signal_pk=pk, name=name, seq=seq)
+            for pk, name, seq in consumed])
+
+
+_ENDED = (StepStatus.COMPLETED, StepStatus.FAILED)
+
+
+def _activity_ended(step: WorkflowStep) -> bool:
+    # A waiting row with an error is a failed attempt whose retry is scheduled; without one, an async wait.
+    return step.status in _ENDED or (step.status == StepStatus.WAITING and step.error is not None)
+
+
+def _send_activities(run: Workflow, steps: list[WorkflowStep]) -> None:
+    for step in steps:
+        if step.status == StepStatus.COMPLETED:
+            signals.activity_completed.send_robust(sender=Workflow, run=run, activity=step.name, seq=step.seq,
+                                                   attempt=step.attempt, step=step)
+        else:
+            signals.activity_failed.send_robust(sender=Workflow, run=run, activity=step.name, seq=step.seq,
+                                                attempt=step.attempt, error=step.error or {},
+                                                will_retry=step.status == StepStatus.WAITING, step=step)
+
+
+# --- signals -------------------------------------------------------------------------------------------
+
+
+def signal_received(run: Workflow, signal: Any) -> None:
+    """Inside the transaction that stored ``signal`` (a models.Signal) for ``run``."""
+    if signals.signal_received.receivers:
+        transaction.on_commit(lambda: signals.signal_received.send_robust(
+            sender=Workflow, run=run, name=signal.name, signal_pk=signal.pk, signal_id=signal.signal_id,
+            record=signal))  # not signal=: Django passes the Signal being sent under that name
+
+
+def signal_consumed(signal: Any) -> None:
+    """The executing run consumes ``signal`` (in its thread): its execution span links to the sender's trace."""
+    if _tracing is not None and signal.trace_context:
+        _tracing.link_current(signal.trace_context)
+
+
+# --- schedules -----------------------------------------------------------------------------------------
+
+
+def schedule_tick() -> Any:
+    """Around one tick over the due schedules: a span (the runs it starts link to it)."""
+    return _tracing.tick_span() if _tracing is not None else nullcontext()

@@ -1,0 +1,169 @@
+"""Prometheus metrics (the "metrics" extra): imported by :func:`.events.configure` only when
+prometheus_client is installed and WEFT_METRICS is not False.
+
+Counters and histograms are per process: each process (web workers, weft_maintenance, Celery workers)
+counts what it did, and Prometheus sums them over its scrape targets. The backlog gauges are read from the
+database at scrape time (:class:`DatabaseGauges`), so any one process's endpoint reports them for the
+whole deployment. With ``PROMETHEUS_MULTIPROC_DIR`` set (a web server with several worker processes),
+:func:`render` merges the workers' counters the way prometheus_client's multiprocess mode does.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from datetime import datetime
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from django.db import connections
+from django.db.models import Min
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.multiprocess import MultiProcessCollector
+
+from .. import clock, signals
+from ..models import Schedule, ScheduleStatus, Timer, Workflow
+
+logger = logging.getLogger("django_weft.metrics")
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+# Steps and executions last from milliseconds (a value) to days (a durable sleep, a signal wait).
+DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800, 3600, 6 * 3600,
+                    86400, 7 * 86400, float("inf"))
+ATTEMPT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800, float("inf"))
+
+REGISTRY = CollectorRegistry()
+
+RUNS_STARTED = Counter("weft_runs_started", "Runs started (inserted), by workflow type.", ["workflow_type"],
+                       registry=REGISTRY)
+RUNS_FINISHED = Counter("weft_runs_finished", "Runs that reached a terminal status, by workflow type and status.",
+                        ["workflow_type", "status"], registry=REGISTRY)
+STEP_SECONDS = Histogram("weft_step_duration_seconds", "Journal steps from start to finish (as recorded), by kind.",
+                         ["kind"], buckets=DURATION_BUCKETS, registry=REGISTRY)
+ATTEMPT_SECONDS = Histogram("weft_activity_attempt_duration_seconds",
+                            "Activity attempts, by activity and outcome (completed, failed, async).",
+                            ["activity", "outcome"], buckets=ATTEMPT_BUCKETS, registry=REGISTRY)
+EXECUTION_SECONDS = Histogram("weft_run_execution_duration_seconds",
+                              "Executions of a run (claim to park or finish), by workflow type and outcome.",
+                              ["workflow_type", "outcome"], buckets=ATTEMPT_BUCKETS, registry=REGISTRY)
+TAKEOVERS = Counter("weft_lease_takeovers", "Runs taken over after their executor's lease expired.",
+                    ["workflow_type"], registry=REGISTRY)
+BUSY = Gauge("weft_executor_threads_busy", "Executions of runs in progress in this process.",
+             multiprocess_mode="livesum", registry=REGISTRY)
+
+_FINISH_SIGNALS = (signals.workflow_completed, signals.workflow_failed, signals.workflow_cancelled,
+                   signals.workflow_timed_out)
+
+
+# --- what the hooks in .events call ---------------------------------------------------------------------
+
+
+def execution_began() -> None:
+    BUSY.inc()
+
+
+def execution_ended(workflow_type: str, outcome: str, seconds: float) -> None:
+    BUSY.dec()
+    EXECUTION_SECONDS.labels(workflow_type, outcome).observe(seconds)
+
+
+def takeover(workflow_type: str) -> None:
+    TAKEOVERS.labels(workflow_type).inc()
+
+
+def attempt_ended(activity: str, outcome: str, seconds: float) -> None:
+    ATTEMPT_SECONDS.labels(activity, outcome).observe(seconds)
+
+
+def step_ended(kind: str, seconds: float) -> None:
+    STEP_SECONDS.labels(kind).observe(max(0.0, seconds))
+
+
+# Runs are counted from the run signals, which are sent once, after the commit that started or ended them.
+def _run_started(sender: Any, run: Workflow, **kwargs: Any) -> None:
+    RUNS_STARTED.labels(run.workflow_type).inc()
+
+
+def _run_finished(sender: Any, run: Workflow, **kwargs: Any) -> None:
+    RUNS_FINISHED.labels(run.workflow_type, run.status).inc()
+
+
+signals.workflow_started.connect(_run_started, sender=Workflow, dispatch_uid="django_weft.metrics.started")
+for _signal in _FINISH_SIGNALS:
+    _signal.connect(_run_finished, sender=Workflow, dispatch_uid="django_weft.metrics.finished")
+
+
+# --- read from the database at scrape time ----------------------------------------------------------------
+
+
+class DatabaseGauges:
+    """The backlog as the database has it now: four COUNT/MIN queries over the partial indexes that serve
+    the claim (weft_runnable_idx), the due timers and the due schedules."""
+
+    def collect(self) -> Iterator[Metric]:
+        now = clock.now()
+        runnable = Workflow.objects.runnable(now)
+        oldest = runnable.aggregate(oldest=Min("runnable_at"))["oldest"]
+        yield _gauge("weft_runnable_runs", "Runs runnable now (claimable: due, woken, or with an expired lease).",
+                     runnable.count())
+        yield _gauge("weft_runnable_oldest_age_seconds", "How long the oldest runnable run has waited (0: none).",
+                     _age(now, oldest))
+        yield _gauge("weft_timers_overdue", "Unfired timers whose time has passed.",
+                     Timer.objects.filter(fired_at__isnull=True, fire_at__lte=now).count())
+        due = Schedule.objects.filter(status=ScheduleStatus.ACTIVE, due_at__isnull=False, due_at__lte=now)
+        yield _gauge("weft_schedule_lag_seconds", "How late the most overdue active schedule is (0: none).",
+                     _age(now, due.aggregate(soonest=Min("due_at"))["soonest"]))
+
+
+def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, documentation, value=value)
+
+
+def _age(now: datetime, moment: datetime | None) -> float:
+    return max(0.0, (now - moment).total_seconds()) if moment is not None else 0.0
+
+
+REGISTRY.register(DatabaseGauges())
+
+
+def render(*, close_connections: bool = False) -> bytes:
+    """The metrics in Prometheus' text format: this process's (in multiprocess mode, every worker's)
+    counters and histograms, and the database gauges. ``close_connections``: the metrics server's thread,
+    which must not keep a connection open between scrapes."""
+    registry = REGISTRY
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry)
+        registry.register(DatabaseGauges())
+    try:
+        return generate_latest(registry)
+    finally:
+        if close_connections:
+            connections.close_all()
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # one line per scrape would flood the log
+        pass
+
+
+def _app(environ: dict, start_response: Callable[..., Any]) -> Iterable[bytes]:
+    try:
+        body, status = render(close_connections=True), "200 OK"
+    except Exception:
+        logger.exception("collecting metrics failed")
+        body, status = b"collecting metrics failed; see the process's log\n", "503 Service Unavailable"
+    start_response(status, [("Content-Type", CONTENT_TYPE), ("Content-Length", str(len(body)))])
+    return [body]
+
+
+def serve(port: int, addr: str = "") -> WSGIServer:
+    """Serve :func:`render` at any path on a daemon thread (``weft_maintenance --metrics-port``); port 0
+    picks a free one (``server.server_port``). ``server.shutdown()`` stops it."""
+    server = make_server(addr, port, _app, handler_class=_QuietHandler)
+    threading.Thread(target=server.serve_forever, name="weft-metrics", daemon=True).start()
+    return server

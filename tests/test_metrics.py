@@ -1,0 +1,191 @@
+"""Prometheus metrics: counters and histograms per process, backlog gauges from the database at scrape time,
+the metrics/ view's access rules, and weft_maintenance --metrics-port."""
+
+from __future__ import annotations
+
+import re
+import urllib.request
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth.models import User
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.test import override_settings
+from prometheus_client.parser import text_string_to_metric_families
+
+import django_weft as weft
+from django_weft import clock
+from django_weft.models import Workflow
+from django_weft.observability import events
+from tests.procs import wait_until
+
+URL = "/weft/metrics/"
+pytestmark = pytest.mark.django_db(transaction=True)  # run metrics are counted after commit
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """{(sample name, sorted labels): value} of a scrape."""
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def value(scrape: dict, name: str, **labels: str) -> float:
+    return scrape.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+def scrape(client) -> dict:
+    with override_settings(WEFT_METRICS_PUBLIC=True):
+        response = client.get(URL)
+    assert response.status_code == 200, response.content
+    assert response["Content-Type"].startswith("text/plain")
+    return samples(response.content.decode())
+
+
+@pytest.fixture
+def metrics_off():
+    with override_settings(WEFT_METRICS=False):
+        events.configure()
+        yield
+    events.configure()
+
+
+def test_runs_are_counted_by_type_and_status_and_their_steps_and_attempts_timed(client, weft_env):
+    before = scrape(client)
+    for key in ("m1", "m2"):
+        weft.start("test.steps", {"key": key, "count": 2})
+    weft.start("test.uncaught", "m3")  # its activity raises ValueError, which is not retried
+    weft_env.drive()
+    after = scrape(client)
+
+    def delta(name: str, **labels: str) -> float:
+        return value(after, name, **labels) - value(before, name, **labels)
+
+    assert delta("weft_runs_started_total", workflow_type="test.steps") == 2
+    assert delta("weft_runs_started_total", workflow_type="test.uncaught") == 1
+    assert delta("weft_runs_finished_total", workflow_type="test.steps", status="completed") == 2
+    assert delta("weft_runs_finished_total", workflow_type="test.uncaught", status="failed") == 1
+    assert delta("weft_runs_finished_total", workflow_type="test.steps", status="failed") == 0
+    assert delta("weft_step_duration_seconds_count", kind="activity") == 5  # 4 completed, 1 failed
+    assert delta("weft_activity_attempt_duration_seconds_count", activity="tests.testapp.workflows.record",
+                 outcome="completed") == 4
+    assert delta("weft_activity_attempt_duration_seconds_count", activity="tests.testapp.workflows.refuses",
+                 outcome="failed") == 1
+    assert delta("weft_run_execution_duration_seconds_count", workflow_type="test.steps", outcome="completed") == 2
+    assert value(after, "weft_executor_threads_busy") == 0
+    assert value(after, "weft_runnable_runs") == 0
+
+
+def test_a_retried_attempt_is_timed_as_failed_then_completed(client, weft_env):
+    before = scrape(client)
+    weft.start("test.retry", {"key": "mr", "failures": 1})
+    weft_env.drive()
+    weft_env.advance(timedelta(seconds=2))
+    after = scrape(client)
+    name, activity = "weft_activity_attempt_duration_seconds_count", "tests.testapp.workflows.flaky"
+    for outcome in ("failed", "completed"):
+        assert value(after, name, activity=activity, outcome=outcome) - value(
+            before, name, activity=activity, outcome=outcome) == 1
+
+
+def test_backlog_gauges_come_from_the_database_at_scrape_time(client, weft_env):
+    weft.start("test.steps", {"key": "b1", "count": 1})
+    weft.start("test.steps", {"key": "b2", "count": 1})
+    weft.start("test.steps", {"key": "b3", "count": 1}, start_after=3600)  # not due: not in the backlog
+    first = scrape(client)
+    assert value(first, "weft_runnable_runs") == 2
+    assert value(first, "weft_runnable_oldest_age_seconds") >= 0
+    assert value(first, "weft_timers_overdue") == 0
+    clock.set_frozen(weft_env.now() + timedelta(seconds=30))
+    later = scrape(client)
+    assert value(later, "weft_runnable_oldest_age_seconds") == pytest.approx(30)
+    clock.set_frozen(weft_env.now() + timedelta(seconds=3600 + 30))  # the delayed start's timer is overdue
+    late = scrape(client)
+    assert value(late, "weft_runnable_runs") == 3 and value(late, "weft_timers_overdue") == 1
+    weft_env.drive()
+    assert value(scrape(client), "weft_runnable_runs") == 0
+
+
+def test_a_run_whose_executor_died_is_in_the_backlog_and_counted_as_a_takeover(client, weft_env):
+    handle = weft.start("test.approval", "died")
+    weft_env.drive()  # parked, waiting for a signal
+    before = scrape(client)
+    # As a killed executor leaves it: running, held by a dead owner, lease expired a second ago.
+    Workflow.objects.filter(pk=handle.run_id).update(status="running", lease_owner="dead-worker",
+                                                     runnable_at=weft_env.now() - timedelta(seconds=1))
+    held = scrape(client)
+    assert value(held, "weft_runnable_runs") == 1
+    assert value(held, "weft_runnable_oldest_age_seconds") == pytest.approx(1)
+    weft_env.drive()
+    after = scrape(client)
+    name = "weft_lease_takeovers_total"
+    assert value(after, name, workflow_type="test.approval") - value(before, name, workflow_type="test.approval") == 1
+    assert value(after, "weft_runnable_runs") == 0
+
+
+def test_schedule_lag_is_how_late_the_most_overdue_schedule_is(client, weft_env):
+    weft.create_schedule("lag", "test.collect", 0, every=timedelta(minutes=1))
+    assert value(scrape(client), "weft_schedule_lag_seconds") == 0
+    clock.set_frozen(weft_env.now() + timedelta(minutes=1, seconds=45))
+    assert value(scrape(client), "weft_schedule_lag_seconds") == pytest.approx(45, abs=1)
+
+
+# --- who may read them --------------------------------------------------------------------------------
+
+
+def test_the_view_needs_a_staff_user_or_the_token_unless_public(client):
+    assert client.get(URL).status_code == 401
+    assert client.get(URL)["WWW-Authenticate"].startswith("Bearer")
+    User.objects.create_user("member", password="pw")
+    User.objects.create_user("staff", password="pw", is_staff=True)
+    client.login(username="member", password="pw")
+    assert client.get(URL).status_code == 403
+    client.login(username="staff", password="pw")
+    assert client.get(URL).status_code == 200
+    client.logout()
+    with override_settings(WEFT_METRICS_TOKEN="s3cret"):
+        assert client.get(URL, HTTP_AUTHORIZATION="Bearer s3cret").status_code == 200
+        assert client.get(URL, HTTP_AUTHORIZATION="Bearer wrong").status_code == 403
+        assert client.get(URL).status_code == 401
+    assert client.get(URL, HTTP_AUTHORIZATION="Bearer s3cret").status_code == 401  # no token configured
+    with override_settings(WEFT_METRICS_PUBLIC=True):
+        assert client.get(URL).status_code == 200
+        assert client.post(URL).status_code == 405
+
+
+def test_with_metrics_off_the_view_answers_501_and_the_port_is_refused(client, metrics_off):
+    with override_settings(WEFT_METRICS_PUBLIC=True):
+        response = client.get(URL)
+    assert response.status_code == 501 and b"prometheus-client" in response.content
+    with pytest.raises(CommandError, match="--metrics-port needs prometheus-client"):
+        call_command("weft_maintenance", "--metrics-port", "0")
+
+
+# --- weft_maintenance --metrics-port ------------------------------------------------------------------
+
+
+def test_weft_maintenance_serves_its_own_counters_and_the_database_gauges(maintenance):
+    proc = maintenance("metrics", "--metrics-port", "0", "--interval", "0.2")
+    port = re.compile(r"metrics at http://[^:]*:(\d+)/metrics")
+    wait_until(lambda: port.search(proc.stdout()), "the metrics port in the output", 30, procs=[proc])
+    url = f"http://127.0.0.1:{port.search(proc.stdout()).group(1)}/metrics"
+    handle = weft.start("test.steps", {"key": "p1", "count": 2})
+    weft.start("test.steps", {"key": "p2", "count": 1}, start_after=3600)
+    wait_until(lambda: handle.status == "completed", "the run to complete", 30, procs=[proc])
+
+    def read() -> dict:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            assert response.status == 200
+            return samples(response.read().decode())
+
+    finished = {"workflow_type": "test.steps", "status": "completed"}
+    wait_until(lambda: value(read(), "weft_runs_finished_total", **finished) == 1,
+               "the finished run in the served metrics", 30, procs=[proc])
+    served = read()
+    assert value(served, "weft_runs_started_total", workflow_type="test.steps") == 0  # started by this process
+    assert value(served, "weft_step_duration_seconds_count", kind="activity") == 2
+    assert value(served, "weft_activity_attempt_duration_seconds_count", activity="tests.testapp.workflows.record",
+                 outcome="completed") == 2
+    assert value(served, "weft_runnable_runs") == 0  # the delayed one is not due
+    assert value(served, "weft_timers_overdue") == 0
+    assert proc.alive
