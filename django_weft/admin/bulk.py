@@ -9,8 +9,8 @@ BulkOperation, which :class:`BulkOperationAdmin` lists (read-only).
 The changelist's query string is mapped to the filters of ``runs_matching`` by :data:`PARAMETERS` (exact
 parameter names) and :data:`PREFIXES` (``attr_<name>[__lookup]=<text>``, the parameters of the attribute
 filters in ``admin/filters.py``). A changelist narrowed by anything else (the search box, a filter with no
-mapping) offers no bulk operation: the bulk set would not be the list the user sees. A list filter of its own registers its parameters with
-:func:`register_parameter` or :func:`register_prefix`.
+mapping) offers no bulk operation: the bulk set would not be the list the user sees. A list filter of its
+own registers its parameters with :func:`register_parameter` or :func:`register_prefix`.
 """
 
 from __future__ import annotations
