@@ -281,3 +281,15 @@ def test_a_session_user_needs_the_model_permission_and_the_csrf_token(weft_env, 
     paused = client.post("/weft/api/schedules/hourly/pause", "{}", content_type="application/json",
                          headers={"X-CSRFToken": token})
     assert paused.status_code == 200 and paused.json()["note"] == "paused by ops through the HTTP API"
+
+
+def test_the_openapi_document_describes_the_schedule_routes_and_the_docs_page_shows_it(client):
+    document = client.get("/weft/api/openapi.json").json()
+    paths = document["paths"]
+    assert set(paths["/weft/api/schedules/{schedule_id}"]) == {"get", "patch"}
+    for operation in ("pause", "resume", "trigger", "backfill", "cancel"):
+        assert "post" in paths[f"/weft/api/schedules/{{schedule_id}}/{operation}"]
+    create = paths["/weft/api/schedules"]["post"]
+    assert create["tags"] == ["schedules"] and {"201", "401", "403", "409", "422"} <= set(create["responses"])
+    docs = client.get("/weft/api/docs")
+    assert docs.status_code == 200 and b"/weft/api/openapi.json" in docs.content

@@ -16,7 +16,9 @@ from .auth import AUTH
 
 api = NinjaAPI(
     title="django_weft", version=__version__, urls_namespace="weft_api", auth=AUTH,
-    openapi_url="openapi.json", docs_url=None,
+    # Both public, like the routes' list they are (no data); the docs page calls routes with the browser's
+    # session. It loads Swagger UI from django-ninja's static files with "ninja" in INSTALLED_APPS, else a CDN.
+    openapi_url="openapi.json", docs_url="docs",
     description="Start, find, signal, query, update and cancel durable workflow runs; operate schedules. "
                 "Authenticate with "
                 "`Authorization: Bearer <API key>` (manage.py weft_api_key) or a Django session.",
