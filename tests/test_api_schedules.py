@@ -293,3 +293,17 @@ def test_the_openapi_document_describes_the_schedule_routes_and_the_docs_page_sh
     assert create["tags"] == ["schedules"] and {"201", "401", "403", "409", "422"} <= set(create["responses"])
     docs = client.get("/weft/api/docs")
     assert docs.status_code == 200 and b"/weft/api/openapi.json" in docs.content
+
+
+def test_a_body_over_the_request_limit_is_refused_before_it_is_read(api):
+    with override_settings(WEFT_MAX_REQUEST_BYTES=1000):
+        response = api.post("schedules", {**HOURLY, "input": "x" * 2000})
+    assert error_of(response) == (413, "request_too_large") and "1000 bytes" in response.json()["error"]
+    assert Schedule.objects.count() == 0
+
+
+def test_an_input_over_the_payload_limit_is_refused(api):
+    with override_settings(WEFT_MAX_PAYLOAD_BYTES=100):
+        response = api.post("schedules", {**HOURLY, "input": "x" * 200})
+    assert error_of(response) == (413, "payload_too_large")
+    assert Schedule.objects.count() == 0
