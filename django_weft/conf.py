@@ -31,7 +31,7 @@ DEFAULTS: dict[str, Any] = {
     },
     # Salt of the signed task tokens of async activities (Django's signing, keyed by SECRET_KEY).
     "TOKEN_SALT": "django_weft.task_token",
-    # Largest request body the completion endpoints (django_weft.urls) accept, in bytes.
+    # Largest request body the completion endpoints (django_weft.urls) and the HTTP API accept, in bytes.
     "MAX_REQUEST_BYTES": 2 * 1024 * 1024,
     # How long the trace of schedule decisions (ScheduleOccurrence rows) is kept; None keeps it forever.
     "SCHEDULE_HISTORY": timedelta(days=30),
