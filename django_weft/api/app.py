@@ -11,14 +11,15 @@ from ninja import NinjaAPI
 
 from .. import __version__
 from ..conf import weft_settings
-from . import errors, runs
+from . import bulk, errors, runs, waits, webhooks
 from .auth import AUTH
 
 api = NinjaAPI(
     title="django_weft", version=__version__, urls_namespace="weft_api", auth=AUTH,
     openapi_url="openapi.json", docs_url=None,
-    description="Start, find, signal, query, update and cancel durable workflow runs. Authenticate with "
-                "`Authorization: Bearer <API key>` (manage.py weft_api_key) or a Django session.",
+    description="Start, find, signal, query, update and cancel durable workflow runs, and act on many. "
+                "Authenticate with `Authorization: Bearer <API key>` (manage.py weft_api_key) or a Django session "
+                "(unsafe methods then need the X-CSRFToken header). Errors are `{\"error\", \"code\"}`.",
 )
 errors.install(api)
 
@@ -43,3 +44,6 @@ def _bounded(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
 
 api.add_decorator(_bounded, mode="view")
 api.add_router("", runs.router)
+api.add_router("", waits.router)
+api.add_router("", bulk.router)
+api.add_router("", webhooks.router)

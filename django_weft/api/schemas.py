@@ -41,10 +41,40 @@ class StartIn(Schema):
     on_terminal_conflict: Literal["error", "start_new"] = "error"
 
 
+class StartOrSignalIn(Schema):
+    workflow: str = Field(min_length=1, max_length=200, description="The registered workflow name.")
+    input: Any = None
+    signal: str = Field(min_length=1, max_length=255, description="The signal's name.")
+    payload: Any = None
+    signal_id: str | None = Field(None, min_length=1, max_length=128,
+                                  description="With workflow_id: concurrent callers converge on one run, one signal.")
+    workflow_id: str | None = Field(None, min_length=1, max_length=255)
+    idempotency_key: str | None = Field(None, min_length=1, max_length=255,
+                                        description="Instead of signal_id: names the run (and its first signal).")
+    start_after: float | None = Field(None, ge=0, description="Seconds a new run waits before it starts.")
+    execution_timeout: float | None = Field(None, gt=0, description="Seconds a new run may take in all.")
+    tags: list[str] = Field(default_factory=list, max_length=64)
+    search_attributes: dict[str, Any] = Field(default_factory=dict)
+    on_terminal_conflict: Literal["error", "start_new"] = "error"
+
+
 class StartOut(Schema):
     workflow_id: str
     run_id: uuid.UUID
     status: str
+
+
+class StartOrSignalOut(StartOut):
+    outcome: Literal["started", "signalled"] = Field(description="started: 201; signalled: 200.")
+    delivered: bool = Field(description="False when the signal repeated one the run has (nothing new stored).")
+
+
+class ForkIn(Schema):
+    from_step: int = Field(ge=1, le=2**31 - 1, description="The journal position to execute from (steps before it "
+                                                            "are kept).")
+    workflow_id: str | None = Field(None, min_length=1, max_length=255, description="Default: one derived from "
+                                                                                    "the source's.")
+    run_id: uuid.UUID | None = Field(None, description="The run to fork (default: the latest of the workflow id).")
 
 
 class RunOut(Schema):
@@ -70,6 +100,16 @@ class RunOut(Schema):
 class RunPage(Schema):
     results: list[RunOut]
     next: str | None = Field(description="The cursor of the next page (pass it as ?cursor=), null on the last.")
+
+
+class CountRow(Schema):
+    key: Any = Field(description="The group's value (a status, a type, a category, a version, an attribute value).")
+    count: int
+
+
+class CountOut(Schema):
+    counts: list[CountRow] = Field(description="The groups, largest first.")
+    total: int
 
 
 class SignalIn(Schema):
