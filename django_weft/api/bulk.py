@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from django.http import HttpRequest
 from ninja import Router, Schema
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from .. import bulk
 from ..bulk import BulkPreview
@@ -36,6 +36,8 @@ ARGUMENTS: dict[str, tuple[str, ...]] = {
 
 
 class BulkIn(Schema):
+    model_config = ConfigDict(extra="forbid")  # a misspelt field is refused, not ignored
+
     filters: RunFilters = Field(default_factory=RunFilters, description="The filters of GET runs.")
     dry_run: bool = False
     confirmation_token: str | None = Field(None, min_length=1, max_length=4096,

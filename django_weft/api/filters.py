@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ninja import Schema
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from .. import filter_text
 from ..finding import GROUPS
@@ -21,6 +21,9 @@ MANY = 50  # the most values a repeated filter takes
 
 
 class RunFilters(Schema):
+    # A misspelt filter in a bulk body would widen the set acted on: refused, not ignored.
+    model_config = ConfigDict(extra="forbid")
+
     status: list[str] | None = Field(None, max_length=MANY, description="Repeat or comma-separate for several.")
     type: list[str] | None = Field(None, max_length=MANY, description="Workflow names; repeat for several.")
     workflow_id_prefix: str | None = Field(None, min_length=1, max_length=TEXT)
