@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import math
 import uuid
 from decimal import Decimal
 from typing import Any, Literal
@@ -136,7 +137,10 @@ class ChangedOut(Schema):
 
 def as_json(value: Any) -> Any:
     """``value`` with the Python types msgpack payloads may hold and JSON lacks made JSON: tuples and sets as
-    lists, bytes as base64, dates and times as ISO 8601, timedeltas as seconds, decimals and UUIDs as strings."""
+    lists, bytes as base64, dates and times as ISO 8601, timedeltas as seconds, decimals, UUIDs, inf and nan as
+    strings."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)  # JSON has no inf or nan (Python's parser accepts them, so a client may send them)
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, dict):
