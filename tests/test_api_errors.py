@@ -119,6 +119,14 @@ def test_a_body_that_is_not_a_json_object_is_400_or_422(api, raw):
     assert status in (400, 422)
 
 
+@pytest.mark.parametrize("path", ["runs/w/cancel", "runs/w/terminate", "runs/w/signals/go", "runs/w/queries/q",
+                                  "runs/w/updates/u", "bulk/cancel", "complete"])
+def test_a_body_that_is_a_list_is_422_not_read_as_all_defaults(api, path):
+    weft.start("test.approval", "w", workflow_id="w")
+    assert error_of(api.post(path, [{"reason": "x"}, 3])) == (422, "invalid_request")  # found by schemathesis
+    assert Workflow.objects.get().status == "pending"
+
+
 def test_a_deeply_nested_body_is_not_a_500(api):
     deep = "[" * 100_000 + "]" * 100_000
     status, _code = error_of(api.post("runs", raw='{"workflow": "test.approval", "input": ' + deep + "}"))

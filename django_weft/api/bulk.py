@@ -17,7 +17,7 @@ from .. import bulk
 from ..bulk import BulkPreview
 from .auth import caller, require
 from .filters import RunFilters, to_keywords
-from .schemas import ERRORS
+from .schemas import ERRORS, Body
 
 router = Router(tags=["bulk"])
 
@@ -35,7 +35,7 @@ ARGUMENTS: dict[str, tuple[str, ...]] = {
 }
 
 
-class BulkIn(Schema):
+class BulkIn(Body):
     model_config = ConfigDict(extra="forbid")  # a misspelt field is refused, not ignored
 
     filters: RunFilters = Field(default_factory=RunFilters, description="The filters of GET runs.")

@@ -10,17 +10,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from ninja import Schema
 from pydantic import ConfigDict, Field
 
 from .. import filter_text
 from ..finding import GROUPS
+from .schemas import Body
 
 TEXT = 255  # the longest value a filter takes (ids, names, prefixes)
 MANY = 50  # the most values a repeated filter takes
 
 
-class RunFilters(Schema):
+class RunFilters(Body):
     # A misspelt filter in a bulk body would widen the set acted on: refused, not ignored.
     model_config = ConfigDict(extra="forbid")
 

@@ -13,7 +13,7 @@ from decimal import Decimal
 from typing import Any, Literal
 
 from ninja import Schema
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from ..codec import decode
 from ..models import Workflow
@@ -26,11 +26,23 @@ class ErrorOut(Schema):
     code: str
 
 
+class Body(Schema):
+    """A request body: a JSON object. (ninja's Schema reads the attributes of whatever it is given, so a list
+    would pass as an object of all defaults.)"""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _an_object(cls, value: Any) -> Any:
+        if not isinstance(getattr(value, "_obj", value), dict):  # ninja may hand it over wrapped
+            raise ValueError("must be a JSON object")
+        return value
+
+
 # The error responses every route may give (its own success status beside them in ``response=``).
 ERRORS: dict[int, type[Schema]] = {status: ErrorOut for status in (400, 401, 403, 404, 409, 413, 422)}
 
 
-class StartIn(Schema):
+class StartIn(Body):
     workflow: str = Field(min_length=1, max_length=200, description="The registered workflow name.")
     input: Any = None
     workflow_id: str | None = Field(None, min_length=1, max_length=255)
@@ -42,7 +54,7 @@ class StartIn(Schema):
     on_terminal_conflict: Literal["error", "start_new"] = "error"
 
 
-class StartOrSignalIn(Schema):
+class StartOrSignalIn(Body):
     workflow: str = Field(min_length=1, max_length=200, description="The registered workflow name.")
     input: Any = None
     signal: str = Field(min_length=1, max_length=255, description="The signal's name.")
@@ -70,7 +82,7 @@ class StartOrSignalOut(StartOut):
     delivered: bool = Field(description="False when the signal repeated one the run has (nothing new stored).")
 
 
-class ForkIn(Schema):
+class ForkIn(Body):
     from_step: int = Field(ge=1, le=2**31 - 1, description="The journal position to execute from (steps before it "
                                                             "are kept).")
     workflow_id: str | None = Field(None, min_length=1, max_length=255, description="Default: one derived from "
@@ -113,7 +125,7 @@ class CountOut(Schema):
     total: int
 
 
-class SignalIn(Schema):
+class SignalIn(Body):
     payload: Any = None
     signal_id: str | None = Field(None, min_length=1, max_length=128)
 
@@ -124,7 +136,7 @@ class SignalOut(Schema):
     delivered: bool = Field(description="False when signal_id was delivered before (nothing new was stored).")
 
 
-class ReasonIn(Schema):
+class ReasonIn(Body):
     reason: str = Field("", max_length=1000)
 
 

@@ -22,7 +22,7 @@ from ..models import Workflow, WorkflowUpdate
 from ..updates import UpdateHandle
 from .auth import require
 from .errors import ApiError
-from .schemas import ERRORS, ErrorOut, RunOut, as_json, run_out
+from .schemas import ERRORS, Body, ErrorOut, RunOut, as_json, run_out
 
 router = Router(tags=["runs"])
 
@@ -34,7 +34,7 @@ class WaitQuery(Schema):
     timeout: float = WAIT
 
 
-class QueryIn(Schema):
+class QueryIn(Body):
     args: list[Any] = Field(default_factory=list, max_length=64, description="The query handler's arguments.")
 
 
@@ -42,7 +42,7 @@ class QueryOut(Schema):
     result: Any = None
 
 
-class UpdateIn(Schema):
+class UpdateIn(Body):
     payload: Any = None
     update_id: str | None = Field(None, min_length=1, max_length=128,
                                   description="Makes a repeat the same update (its reply is given again).")

@@ -13,19 +13,19 @@ from pydantic import Field
 
 from ..views import Refused, resolve
 from .errors import ApiError
-from .schemas import ERRORS
+from .schemas import ERRORS, Body
 
 router = Router(tags=["async activities"])
 
 TOKEN = Field(min_length=1, max_length=4096, description="The task token the activity was given.")
 
 
-class CompleteIn(Schema):
+class CompleteIn(Body):
     token: str = TOKEN
     result: Any = None
 
 
-class FailIn(Schema):
+class FailIn(Body):
     token: str = TOKEN
     error: str | dict[str, Any] = Field(description='A message, or {"message": ..., "type": ...}.')
 
