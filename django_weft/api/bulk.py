@@ -38,7 +38,8 @@ ARGUMENTS: dict[str, tuple[str, ...]] = {
 class BulkIn(Body):
     model_config = ConfigDict(extra="forbid")  # a misspelt field is refused, not ignored
 
-    filters: RunFilters = Field(default_factory=RunFilters, description="The filters of GET runs.")
+    filters: RunFilters = Field(default_factory=lambda: RunFilters.model_validate({}),
+                                description="The filters of GET runs (none: every run the operation applies to).")
     dry_run: bool = False
     confirmation_token: str | None = Field(None, min_length=1, max_length=4096,
                                            description="The token of the preview, to act.")

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
 from django.db import transaction
-from django.urls import path
+from django.urls import URLPattern, path
 
 from .app import api
 from .docs import docs
@@ -13,9 +15,9 @@ from .docs import docs
 # (a transaction per run, by design): exempt from ATOMIC_REQUESTS.
 NON_ATOMIC = frozenset({"run_result", "run_update", "run_update_reply", "bulk"})
 
-urlpatterns = [*api.urls[0], path("docs", docs, name="docs")]
+urlpatterns: list[Any] = [*api.urls[0], path("docs", docs, name="docs")]
 for pattern in urlpatterns:
-    if pattern.name in NON_ATOMIC:
+    if isinstance(pattern, URLPattern) and pattern.name in NON_ATOMIC:
         for alias in settings.DATABASES:
             transaction.non_atomic_requests(using=alias)(pattern.callback)
 app_name = api.urls_namespace  # "weft_api": reverse("weft_api:...")

@@ -90,7 +90,7 @@ def query(request: HttpRequest, workflow_id: str, name: str, body: QueryIn | Non
              summary="Send an update and wait for its reply (408: not applied yet, ask again by update_id)")
 def update(request: HttpRequest, workflow_id: str, name: str, body: UpdateIn | None = None) -> dict[str, Any]:
     require(request, "signal_workflow")
-    body = body or UpdateIn()
+    body = body or UpdateIn.model_validate({})
     sent = client.get_handle(workflow_id).start_update(name, body.payload, update_id=body.update_id)
     return _reply(sent, workflow_id, body.timeout)
 
