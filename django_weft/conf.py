@@ -31,7 +31,7 @@ DEFAULTS: dict[str, Any] = {
     },
     # Salt of the signed task tokens of async activities (Django's signing, keyed by SECRET_KEY).
     "TOKEN_SALT": "django_weft.task_token",
-    # Largest request body the completion endpoints (django_weft.urls) accept, in bytes.
+    # Largest request body the completion endpoints (django_weft.urls) and the HTTP API accept, in bytes.
     "MAX_REQUEST_BYTES": 2 * 1024 * 1024,
     # The longest an HTTP API request waits for a result or an update's reply, in seconds (the API's cap
     # of 30 still holds): lower it where proxies cut idle requests sooner.
