@@ -33,6 +33,9 @@ DEFAULTS: dict[str, Any] = {
     "TOKEN_SALT": "django_weft.task_token",
     # Largest request body the completion endpoints (django_weft.urls) and the HTTP API accept, in bytes.
     "MAX_REQUEST_BYTES": 2 * 1024 * 1024,
+    # The longest an HTTP API request waits for a result or an update's reply, in seconds (the API's cap
+    # of 30 still holds): lower it where proxies cut idle requests sooner.
+    "API_MAX_WAIT_SECONDS": 30.0,
     # How long the trace of schedule decisions (ScheduleOccurrence rows) is kept; None keeps it forever.
     "SCHEDULE_HISTORY": timedelta(days=30),
     # Schedules defined in code: {"nightly": {"workflow": "reports.nightly", "cron": "0 3 * * *", ...}}.

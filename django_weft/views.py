@@ -3,7 +3,8 @@
 POST a JSON body: ``{"token": "...", "result": ...}`` to ``complete/``, ``{"token": "...", "error":
 {"message": "...", "type": "..."}}`` (or a message string) to ``fail/``. The token is the only
 credential (signed, single-use), so the views are CSRF-exempt. Status codes: 200 done, 400 bad request,
-404 unknown or forged token, 409 already resolved, 413 too large.
+404 unknown or forged token, 409 already resolved, 413 too large. The HTTP API offers the same
+(``POST weft/api/complete`` and ``fail``) through :func:`resolve`, with its error format.
 
 ``metrics/`` (GET) answers Prometheus' text format: to anyone with ``WEFT_METRICS_PUBLIC = True``, else to a
 staff user or a request with ``Authorization: Bearer <WEFT_METRICS_TOKEN>`` (401 without credentials, 403
@@ -27,12 +28,44 @@ from .conf import weft_settings
 from .exceptions import InvalidArgument, InvalidTaskToken, PayloadNotSerializable, PayloadTooLarge, TaskTokenAlreadyUsed
 from .observability import events
 
+# What resolving an async activity can meet: (exception, HTTP status, the HTTP API's code), the first match wins.
+REFUSALS: tuple[tuple[type[Exception], int, str], ...] = (
+    (TaskTokenAlreadyUsed, 409, "token_already_used"),
+    (InvalidTaskToken, 404, "invalid_token"),
+    (PayloadTooLarge, 413, "payload_too_large"),
+    (PayloadNotSerializable, 400, "invalid_payload"),
+    (InvalidArgument, 400, "invalid_payload"),
+)
+ACTIONS: dict[str, Callable[[str, Any], None]] = {"result": complete_async_activity, "error": fail_async_activity}
+
+
+class Refused(Exception):
+    """Why a completion was refused: ``status``, ``code`` (the HTTP API's) and the message."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.code = status, code
+
+
+def resolve(field: str, token: str, value: Any) -> None:
+    """Complete (``field="result"``) or fail (``"error"``) the async activity of ``token``; these views and the
+    HTTP API's ``complete`` and ``fail`` both call it. Raises :class:`Refused`."""
+    try:
+        ACTIONS[field](token, value)
+    except RecursionError:
+        raise Refused(400, "invalid_payload", f"the {field} is nested too deeply to store") from None
+    except Exception as exc:
+        for cls, status, code in REFUSALS:
+            if isinstance(exc, cls):
+                raise Refused(status, code, str(exc)) from exc
+        raise
+
 
 def _error(status: int, message: str) -> JsonResponse:
     return JsonResponse({"ok": False, "error": message}, status=status)
 
 
-def _handle(request: HttpRequest, field: str, action: Callable[[str, Any], None]) -> JsonResponse:
+def _handle(request: HttpRequest, field: str) -> JsonResponse:
     limit = weft_settings.MAX_REQUEST_BYTES
     try:
         declared = int(request.META.get("CONTENT_LENGTH") or 0)
@@ -54,30 +87,22 @@ def _handle(request: HttpRequest, field: str, action: Callable[[str, Any], None]
     if field == "error" and "error" not in data:
         return _error(400, 'the body needs an "error" (a message or {"message": ..., "type": ...})')
     try:
-        action(data["token"], data.get(field))
-    except RecursionError:
-        return _error(400, f"the {field} is nested too deeply to store")
-    except TaskTokenAlreadyUsed as exc:
-        return _error(409, str(exc))
-    except InvalidTaskToken as exc:
-        return _error(404, str(exc))
-    except PayloadTooLarge as exc:
-        return _error(413, str(exc))
-    except (PayloadNotSerializable, InvalidArgument) as exc:
-        return _error(400, str(exc))
+        resolve(field, data["token"], data.get(field))
+    except Refused as refused:
+        return _error(refused.status, str(refused))
     return JsonResponse({"ok": True})
 
 
 @csrf_exempt
 @require_POST
 def complete(request: HttpRequest) -> JsonResponse:
-    return _handle(request, "result", complete_async_activity)
+    return _handle(request, "result")
 
 
 @csrf_exempt
 @require_POST
 def fail(request: HttpRequest) -> JsonResponse:
-    return _handle(request, "error", fail_async_activity)
+    return _handle(request, "error")
 
 
 def _may_read_metrics(request: HttpRequest) -> int | None:

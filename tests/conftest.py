@@ -5,7 +5,7 @@ from django.db import connection
 
 from tests.procs import maintenance, processes  # noqa: F401  (fixtures for the subprocess tests)
 
-pytest_plugins = ["django_weft.testing"]
+pytest_plugins = ["django_weft.testing", "tests.api_helpers"]
 
 
 def on_postgres() -> bool:

@@ -12,7 +12,7 @@ from django.contrib.auth.models import Permission
 from django.urls import reverse
 
 from django_weft.models import ApiKey
-from tests.api_helpers import ApiClient, key_with
+from tests.api_keyed_client import ApiClient, key_with
 
 pytestmark = pytest.mark.django_db
 

@@ -10,7 +10,7 @@ from django.core.management import CommandError, call_command
 
 from django_weft import api_keys
 from django_weft.models import ApiKey
-from tests.api_helpers import ApiClient
+from tests.api_keyed_client import ApiClient
 
 pytestmark = pytest.mark.django_db
 

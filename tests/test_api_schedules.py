@@ -10,7 +10,7 @@ from django.test import override_settings
 
 import django_weft as weft
 from django_weft.models import Schedule, ScheduleStatus, Workflow
-from tests.api_helpers import ApiClient, error_of, key_with
+from tests.api_keyed_client import ApiClient, error_of, key_with
 
 pytestmark = pytest.mark.django_db
 

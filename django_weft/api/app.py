@@ -11,17 +11,15 @@ from ninja import NinjaAPI
 
 from .. import __version__
 from ..conf import weft_settings
-from . import errors, runs, schedules
+from . import bulk, errors, runs, schedules, waits, webhooks
 from .auth import AUTH
 
 api = NinjaAPI(
     title="django_weft", version=__version__, urls_namespace="weft_api", auth=AUTH,
-    # Both public, like the routes' list they are (no data); the docs page calls routes with the browser's
-    # session. It loads Swagger UI from django-ninja's static files with "ninja" in INSTALLED_APPS, else a CDN.
-    openapi_url="openapi.json", docs_url="docs",
-    description="Start, find, signal, query, update and cancel durable workflow runs; operate schedules. "
-                "Authenticate with "
-                "`Authorization: Bearer <API key>` (manage.py weft_api_key) or a Django session.",
+    openapi_url="openapi.json", docs_url=None,
+    description="Start, find, signal, query, update and cancel durable workflow runs, act on many and operate "
+                "schedules. Authenticate with `Authorization: Bearer <API key>` (manage.py weft_api_key) or a "
+                "Django session (unsafe methods then need the X-CSRFToken header). Errors are `{\"error\", \"code\"}`.",
 )
 errors.install(api)
 
@@ -47,3 +45,6 @@ def _bounded(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
 api.add_decorator(_bounded, mode="view")
 api.add_router("", runs.router)
 api.add_router("", schedules.router)
+api.add_router("", waits.router)
+api.add_router("", bulk.router)
+api.add_router("", webhooks.router)

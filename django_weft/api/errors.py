@@ -51,13 +51,15 @@ STATUS_CODES = {400: "bad_request", 401: "unauthenticated", 403: "forbidden", 40
 class ApiError(HttpError):
     """An error a route raises itself: ``ApiError(403, "forbidden", "you may not cancel runs")``."""
 
-    def __init__(self, status_code: int, code: str, message: str) -> None:
+    def __init__(self, status_code: int, code: str, message: str, extra: dict[str, Any] | None = None) -> None:
         super().__init__(status_code, message)
         self.code = code
+        self.extra = extra or {}  # fields beside error and code (declared in the route's error schema)
 
 
-def error_response(api: NinjaAPI, request: HttpRequest, status: int, code: str, message: str) -> HttpResponse:
-    return api.create_response(request, {"error": message, "code": code}, status=status)
+def error_response(api: NinjaAPI, request: HttpRequest, status: int, code: str, message: str,
+                   extra: dict[str, Any] | None = None) -> HttpResponse:
+    return api.create_response(request, {"error": message, "code": code, **(extra or {})}, status=status)
 
 
 def weft_status(exc: Exception) -> tuple[int, str] | None:
@@ -98,7 +100,7 @@ def install(api: NinjaAPI) -> None:
             message = "the body must be JSON"
         if status == 403 and "CSRF" in message:
             code, message = "csrf_failed", "CSRF check failed: send the X-CSRFToken header with a session"
-        return error_response(api, request, status, code, message)
+        return error_response(api, request, status, code, message, getattr(exc, "extra", None))
 
     def on_validation_error(request: HttpRequest, exc: Any) -> HttpResponse:
         return error_response(api, request, 422, "invalid_request", _validation_message(exc))

@@ -1,4 +1,4 @@
-"""Routes of runs: start, list, get, signal, cancel (the core routes of design 8.6)."""
+"""Routes of runs: start (and start_or_signal), list, count, get, signal, cancel, terminate, fork."""
 
 from __future__ import annotations
 
@@ -11,30 +11,39 @@ from typing import Any
 
 from django.db.models import Q
 from django.http import HttpRequest
-from ninja import Query, Router, Schema
+from ninja import Query, Router, Status
 from pydantic import Field
 
-from .. import client, finding
+from .. import client, finding, with_start
 from .auth import caller, require
 from .errors import ApiError
-from .schemas import ERRORS, ChangedOut, ReasonIn, RunOut, RunPage, SignalIn, SignalOut, StartIn, StartOut, run_out
+from .filters import CountQuery, RunFilters, to_keywords
+from .schemas import (
+    ERRORS,
+    ChangedOut,
+    CountOut,
+    ForkIn,
+    ReasonIn,
+    RunOut,
+    RunPage,
+    SignalIn,
+    SignalOut,
+    StartIn,
+    StartOrSignalIn,
+    StartOrSignalOut,
+    StartOut,
+    as_json,
+    run_out,
+)
 
 router = Router(tags=["runs"])
 
 PAGE_LIMIT = 500
 
 
-class ListQuery(Schema):
-    status: list[str] | None = Field(None, description="Repeat or comma-separate for several.")
-    type: list[str] | None = Field(None, description="Workflow names; repeat for several.")
+class ListQuery(RunFilters):
     limit: int = Field(50, ge=1, le=PAGE_LIMIT)
     cursor: str | None = Field(None, max_length=200, description="The `next` of the previous page.")
-
-
-def _listed(values: list[str] | None) -> list[str] | None:
-    if values is None:
-        return None
-    return [part.strip() for value in values for part in value.split(",") if part.strip()] or None
 
 
 def _cursor_of(created_at: dt.datetime, run_id: uuid.UUID) -> str:
@@ -52,7 +61,7 @@ def _after_cursor(cursor: str) -> Q:
 
 
 @router.post("runs", response={201: StartOut, **ERRORS}, summary="Start a run")
-def start(request: HttpRequest, body: StartIn) -> tuple[int, dict[str, Any]]:
+def start(request: HttpRequest, body: StartIn) -> Status:
     require(request, "add_workflow")
     handle = client.start(body.workflow, body.input, workflow_id=body.workflow_id,
                           idempotency_key=body.idempotency_key, start_after=body.start_after,
@@ -60,13 +69,13 @@ def start(request: HttpRequest, body: StartIn) -> tuple[int, dict[str, Any]]:
                           search_attributes=body.search_attributes or None,
                           on_terminal_conflict=body.on_terminal_conflict)
     run = handle.refresh()
-    return 201, {"workflow_id": run.workflow_id, "run_id": run.run_id, "status": run.status}
+    return Status(201, {"workflow_id": run.workflow_id, "run_id": run.run_id, "status": run.status})
 
 
 @router.get("runs", response={200: RunPage, **ERRORS}, summary="List runs, newest first")
 def list_runs(request: HttpRequest, params: Query[ListQuery]) -> dict[str, Any]:
     require(request, "view_workflow")
-    runs = finding.list_runs(status=_listed(params.status), type=_listed(params.type))
+    runs = finding.list_runs(**to_keywords(params))
     if params.cursor:
         runs = runs.filter(_after_cursor(params.cursor))
     page = list(runs[:params.limit + 1])
@@ -76,6 +85,33 @@ def list_runs(request: HttpRequest, params: Query[ListQuery]) -> dict[str, Any]:
             "next": _cursor_of(page[-1].created_at, page[-1].run_id) if more else None}
 
 
+# Registered before runs/{workflow_id}, whose pattern would take "count" and "start_or_signal" for ids.
+@router.get("runs/count", response={200: CountOut, **ERRORS}, summary="Count runs, grouped")
+def count_runs(request: HttpRequest, params: Query[CountQuery]) -> dict[str, Any]:
+    require(request, "view_workflow")
+    counts = finding.count_runs(group_by=params.group_by, **to_keywords(params))
+    rows = sorted(counts.items(), key=lambda item: (-item[1], str(item[0])))
+    return {"counts": [{"key": as_json(key), "count": n} for key, n in rows], "total": sum(counts.values())}
+
+
+@router.post("runs/start_or_signal", response={200: StartOrSignalOut, 201: StartOrSignalOut, **ERRORS},
+             summary="Signal the open run of a workflow id, or start one whose first signal this is")
+def start_or_signal(request: HttpRequest, body: StartOrSignalIn) -> Status:
+    require(request, "add_workflow")
+    require(request, "signal_workflow")
+    options = {"start_after": body.start_after, "execution_timeout": body.execution_timeout,
+               "tags": body.tags, "search_attributes": body.search_attributes or None}
+    outcome = with_start.start_or_signal(
+        body.workflow, body.input, signal=body.signal, payload=body.payload, signal_id=body.signal_id,
+        workflow_id=body.workflow_id, idempotency_key=body.idempotency_key,
+        on_terminal_conflict=body.on_terminal_conflict,
+        **{key: value for key, value in options.items() if value is not None})
+    run = outcome.handle.refresh()
+    return Status(201 if outcome.outcome == "started" else 200, {
+        "workflow_id": run.workflow_id, "run_id": run.run_id, "status": run.status, "outcome": outcome.outcome,
+        "delivered": outcome.delivered})
+
+
 @router.get("runs/{workflow_id}", response={200: RunOut, **ERRORS}, summary="The latest run of a workflow id")
 def get_run(request: HttpRequest, workflow_id: str) -> dict[str, Any]:
     require(request, "view_workflow")
@@ -83,12 +119,12 @@ def get_run(request: HttpRequest, workflow_id: str) -> dict[str, Any]:
 
 
 @router.post("runs/{workflow_id}/signals/{name}", response={202: SignalOut, **ERRORS}, summary="Signal the open run")
-def signal(request: HttpRequest, workflow_id: str, name: str, body: SignalIn | None = None) -> tuple[int, dict]:
+def signal(request: HttpRequest, workflow_id: str, name: str, body: SignalIn | None = None) -> Status:
     require(request, "signal_workflow")
     payload, signal_id = (body.payload, body.signal_id) if body else (None, None)
     delivered = client.signal(workflow_id, name, payload, signal_id=signal_id)
     handle = client.get_handle(workflow_id)
-    return 202, {"workflow_id": workflow_id, "run_id": handle.run_id, "delivered": delivered}
+    return Status(202, {"workflow_id": workflow_id, "run_id": handle.run_id, "delivered": delivered})
 
 
 @router.post("runs/{workflow_id}/cancel", response={200: ChangedOut, **ERRORS}, summary="Cancel the open run")
@@ -99,3 +135,23 @@ def cancel(request: HttpRequest, workflow_id: str, body: ReasonIn | None = None)
     changed = handle.cancel(reason)
     run = handle.refresh()
     return {"workflow_id": run.workflow_id, "run_id": run.run_id, "status": run.status, "changed": changed}
+
+
+@router.post("runs/{workflow_id}/terminate", response={200: ChangedOut, **ERRORS},
+             summary="End the open run at once (timed_out, termination_reason terminated)")
+def terminate(request: HttpRequest, workflow_id: str, body: ReasonIn | None = None) -> dict[str, Any]:
+    require(request, "cancel_workflow")
+    reason = (body.reason if body else "") or f"terminated by {caller(request)} through the HTTP API"
+    handle = client.get_handle(workflow_id)
+    changed = handle.terminate(reason)
+    run = handle.refresh()
+    return {"workflow_id": run.workflow_id, "run_id": run.run_id, "status": run.status, "changed": changed}
+
+
+@router.post("runs/{workflow_id}/fork", response={201: StartOut, **ERRORS},
+             summary="Start a run that keeps the journal before a step and executes from there")
+def fork(request: HttpRequest, workflow_id: str, body: ForkIn) -> Status:
+    require(request, "retry_workflow")
+    handle = client.get_handle(workflow_id, body.run_id).fork(body.from_step, workflow_id=body.workflow_id)
+    run = handle.refresh()
+    return Status(201, {"workflow_id": run.workflow_id, "run_id": run.run_id, "status": run.status})

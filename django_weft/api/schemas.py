@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import math
 import uuid
 from decimal import Decimal
 from typing import Any, Literal
 
 from ninja import Schema
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from ..codec import decode
 from ..models import Workflow
@@ -25,11 +26,23 @@ class ErrorOut(Schema):
     code: str
 
 
+class Body(Schema):
+    """A request body: a JSON object. (ninja's Schema reads the attributes of whatever it is given, so a list
+    would pass as an object of all defaults.)"""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _an_object(cls, value: Any) -> Any:
+        if not isinstance(getattr(value, "_obj", value), dict):  # ninja may hand it over wrapped
+            raise ValueError("must be a JSON object")
+        return value
+
+
 # The error responses every route may give (its own success status beside them in ``response=``).
 ERRORS: dict[int, type[Schema]] = {status: ErrorOut for status in (400, 401, 403, 404, 409, 413, 422)}
 
 
-class StartIn(Schema):
+class StartIn(Body):
     workflow: str = Field(min_length=1, max_length=200, description="The registered workflow name.")
     input: Any = None
     workflow_id: str | None = Field(None, min_length=1, max_length=255)
@@ -41,10 +54,40 @@ class StartIn(Schema):
     on_terminal_conflict: Literal["error", "start_new"] = "error"
 
 
+class StartOrSignalIn(Body):
+    workflow: str = Field(min_length=1, max_length=200, description="The registered workflow name.")
+    input: Any = None
+    signal: str = Field(min_length=1, max_length=255, description="The signal's name.")
+    payload: Any = None
+    signal_id: str | None = Field(None, min_length=1, max_length=128,
+                                  description="With workflow_id: concurrent callers converge on one run, one signal.")
+    workflow_id: str | None = Field(None, min_length=1, max_length=255)
+    idempotency_key: str | None = Field(None, min_length=1, max_length=255,
+                                        description="Instead of signal_id: names the run (and its first signal).")
+    start_after: float | None = Field(None, ge=0, description="Seconds a new run waits before it starts.")
+    execution_timeout: float | None = Field(None, gt=0, description="Seconds a new run may take in all.")
+    tags: list[str] = Field(default_factory=list, max_length=64)
+    search_attributes: dict[str, Any] = Field(default_factory=dict)
+    on_terminal_conflict: Literal["error", "start_new"] = "error"
+
+
 class StartOut(Schema):
     workflow_id: str
     run_id: uuid.UUID
     status: str
+
+
+class StartOrSignalOut(StartOut):
+    outcome: Literal["started", "signalled"] = Field(description="started: 201; signalled: 200.")
+    delivered: bool = Field(description="False when the signal repeated one the run has (nothing new stored).")
+
+
+class ForkIn(Body):
+    from_step: int = Field(ge=1, le=2**31 - 1, description="The journal position to execute from (steps before it "
+                                                            "are kept).")
+    workflow_id: str | None = Field(None, min_length=1, max_length=255, description="Default: one derived from "
+                                                                                    "the source's.")
+    run_id: uuid.UUID | None = Field(None, description="The run to fork (default: the latest of the workflow id).")
 
 
 class RunOut(Schema):
@@ -72,7 +115,17 @@ class RunPage(Schema):
     next: str | None = Field(description="The cursor of the next page (pass it as ?cursor=), null on the last.")
 
 
-class SignalIn(Schema):
+class CountRow(Schema):
+    key: Any = Field(description="The group's value (a status, a type, a category, a version, an attribute value).")
+    count: int
+
+
+class CountOut(Schema):
+    counts: list[CountRow] = Field(description="The groups, largest first.")
+    total: int
+
+
+class SignalIn(Body):
     payload: Any = None
     signal_id: str | None = Field(None, min_length=1, max_length=128)
 
@@ -83,7 +136,7 @@ class SignalOut(Schema):
     delivered: bool = Field(description="False when signal_id was delivered before (nothing new was stored).")
 
 
-class ReasonIn(Schema):
+class ReasonIn(Body):
     reason: str = Field("", max_length=1000)
 
 
@@ -96,7 +149,10 @@ class ChangedOut(Schema):
 
 def as_json(value: Any) -> Any:
     """``value`` with the Python types msgpack payloads may hold and JSON lacks made JSON: tuples and sets as
-    lists, bytes as base64, dates and times as ISO 8601, timedeltas as seconds, decimals and UUIDs as strings."""
+    lists, bytes as base64, dates and times as ISO 8601, timedeltas as seconds, decimals, UUIDs, inf and nan as
+    strings."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)  # JSON has no inf or nan (Python's parser accepts them, so a client may send them)
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, dict):

@@ -1,0 +1,52 @@
+"""``POST complete`` and ``POST fail``: the async-activity webhooks of ``django_weft.urls`` in the API, with
+its error format. The task token is the only credential (signed, single use), so no API key or session is
+asked for, and no CSRF token (``auth=None``). Both doors share :func:`django_weft.views.resolve`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest
+from ninja import Router, Schema
+from pydantic import Field
+
+from ..views import Refused, resolve
+from .errors import ApiError
+from .schemas import ERRORS, Body
+
+router = Router(tags=["async activities"])
+
+TOKEN = Field(min_length=1, max_length=4096, description="The task token the activity was given.")
+
+
+class CompleteIn(Body):
+    token: str = TOKEN
+    result: Any = None
+
+
+class FailIn(Body):
+    token: str = TOKEN
+    error: str | dict[str, Any] = Field(description='A message, or {"message": ..., "type": ...}.')
+
+
+class DoneOut(Schema):
+    ok: bool
+
+
+def _resolved(field: str, token: str, value: Any) -> dict[str, Any]:
+    try:
+        resolve(field, token, value)
+    except Refused as refused:
+        raise ApiError(refused.status, refused.code, str(refused)) from None
+    return {"ok": True}
+
+
+@router.post("complete", auth=None, response={200: DoneOut, **ERRORS}, summary="Complete an async activity")
+def complete(request: HttpRequest, body: CompleteIn) -> dict[str, Any]:
+    return _resolved("result", body.token, body.result)
+
+
+@router.post("fail", auth=None, response={200: DoneOut, **ERRORS}, summary="Fail an async activity")
+def fail(request: HttpRequest, body: FailIn) -> dict[str, Any]:
+    return _resolved("error", body.token, body.error)
