@@ -291,6 +291,10 @@ def test_the_openapi_document_describes_the_schedule_routes_and_the_docs_page_sh
         assert "post" in paths[f"/weft/api/schedules/{{schedule_id}}/{operation}"]
     create = paths["/weft/api/schedules"]["post"]
     assert create["tags"] == ["schedules"] and {"201", "401", "403", "409", "422"} <= set(create["responses"])
+    assert client.get("/weft/api/docs").status_code == 302  # staff only: to the admin's login
+    from django.contrib.auth import get_user_model
+
+    client.force_login(get_user_model().objects.create_user("staff", is_staff=True))
     docs = client.get("/weft/api/docs")
     assert docs.status_code == 200 and b"/weft/api/openapi.json" in docs.content
 

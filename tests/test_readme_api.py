@@ -19,7 +19,6 @@ from django.core.management import call_command
 
 import django_weft as weft
 from django_weft import api_keys
-from django_weft.api.app import api
 from django_weft.models import Schedule, Workflow
 
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -53,10 +52,6 @@ def examples() -> dict[str, str]:
     return found
 
 
-def route_exists(method: str, path: str) -> bool:
-    return method in api.get_openapi_schema()["paths"].get(f"/weft/api/{path}", {})
-
-
 def drive() -> None:
     call_command("weft_maintenance", "--once")
 
@@ -84,7 +79,8 @@ def shell(live_server) -> Callable[[str], Any]:
 
 def test_the_section_holds_the_examples_this_file_checks():
     assert list(examples()) == ["start a run", "get it", "signal it", "wait for its result", "list runs",
-                                "cancel a run", "create a schedule", "pause it"]
+                                "count runs", "preview a bulk cancel", "cancel a run", "create a schedule",
+                                "pause it"]
 
 
 def test_the_run_examples(shell):
@@ -101,16 +97,17 @@ def test_the_run_examples(shell):
     assert [(r["workflow_id"], r["result"]) for r in listed["results"]] == [("order-42", {"order": 42,
                                                                                           "approved": True})]
     assert listed["next"] is None
+    assert shell("count runs") == {"counts": [{"key": "completed", "count": 1}], "total": 1}
 
-    weft.start("orders.approve", 43, workflow_id="order-43")
+    waiting = weft.start("orders.approve", 43, workflow_id="order-43")
     drive()
+    preview = shell("preview a bulk cancel")
+    assert (preview["matched"], preview["sample_ids"]) == (1, [str(waiting.run_id)])
+    assert preview["confirmation_token"] and waiting.status == "waiting"  # a dry run changes nothing
     cancelled = shell("cancel a run")
     assert (cancelled["workflow_id"], cancelled["status"], cancelled["changed"]) == ("order-43", "cancelled", True)
 
 
-@pytest.mark.skipif(not route_exists("get", "runs/{workflow_id}/result"),
-                    reason="GET runs/{id}/result?timeout= comes with the run routes of the api1 branch; this "
-                           "example runs once they are merged")
 def test_the_long_poll_example_answers_when_the_run_ends(shell):
     weft.start("orders.approve", 42, workflow_id="order-42")
     drive()
