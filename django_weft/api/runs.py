@@ -2,22 +2,23 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
 import datetime as dt
-import json
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from django.db.models import Q
 from django.http import HttpRequest
 from ninja import Query, Router, Status
-from pydantic import Field
 
 from .. import client, finding, with_start
+from ..client import WorkflowHandle
+from ..models import Workflow
+from . import pages
 from .auth import caller, require
 from .errors import ApiError
 from .filters import CountQuery, RunFilters, to_keywords
+from .pages import PageQuery
 from .schemas import (
     ERRORS,
     ChangedOut,
@@ -38,24 +39,19 @@ from .schemas import (
 
 router = Router(tags=["runs"])
 
-PAGE_LIMIT = 500
+class ListQuery(RunFilters, PageQuery):
+    pass
 
 
-class ListQuery(RunFilters):
-    limit: int = Field(50, ge=1, le=PAGE_LIMIT)
-    cursor: str | None = Field(None, max_length=200, description="The `next` of the previous page.")
-
-
-def _cursor_of(created_at: dt.datetime, run_id: uuid.UUID) -> str:
-    raw = json.dumps([created_at.isoformat(), str(run_id)]).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+def _key(run: Workflow) -> tuple[str, str]:
+    return run.created_at.isoformat(), str(run.run_id)
 
 
 def _after_cursor(cursor: str) -> Q:
+    created_at, run_id = pages.decode(cursor, 2)
     try:
-        created_at, run_id = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
         moment, after = dt.datetime.fromisoformat(created_at), uuid.UUID(run_id)
-    except (ValueError, TypeError, binascii.Error, UnicodeDecodeError):
+    except ValueError:
         raise ApiError(422, "invalid_cursor", "cursor is not one this API returned") from None
     return Q(created_at__lt=moment) | Q(created_at=moment, run_id__lt=after)
 
@@ -78,11 +74,8 @@ def list_runs(request: HttpRequest, params: Query[ListQuery]) -> dict[str, Any]:
     runs = finding.list_runs(**to_keywords(params))
     if params.cursor:
         runs = runs.filter(_after_cursor(params.cursor))
-    page = list(runs[:params.limit + 1])
-    more = len(page) > params.limit
-    page = page[:params.limit]
-    return {"results": [run_out(run) for run in page],
-            "next": _cursor_of(page[-1].created_at, page[-1].run_id) if more else None}
+    found, after = pages.page(runs, params.limit, _key)
+    return {"results": [run_out(run) for run in found], "next": after}
 
 
 # Registered before runs/{workflow_id}, whose pattern would take "count" and "start_or_signal" for ids.
@@ -129,21 +122,22 @@ def signal(request: HttpRequest, workflow_id: str, name: str, body: SignalIn | N
 
 @router.post("runs/{workflow_id}/cancel", response={200: ChangedOut, **ERRORS}, summary="Cancel the open run")
 def cancel(request: HttpRequest, workflow_id: str, body: ReasonIn | None = None) -> dict[str, Any]:
-    require(request, "cancel_workflow")
-    reason = (body.reason if body else "") or f"cancelled by {caller(request)} through the HTTP API"
-    handle = client.get_handle(workflow_id)
-    changed = handle.cancel(reason)
-    run = handle.refresh()
-    return {"workflow_id": run.workflow_id, "run_id": run.run_id, "status": run.status, "changed": changed}
+    return _end(request, workflow_id, body, "cancelled", WorkflowHandle.cancel)
 
 
 @router.post("runs/{workflow_id}/terminate", response={200: ChangedOut, **ERRORS},
              summary="End the open run at once (timed_out, termination_reason terminated)")
 def terminate(request: HttpRequest, workflow_id: str, body: ReasonIn | None = None) -> dict[str, Any]:
+    return _end(request, workflow_id, body, "terminated", WorkflowHandle.terminate)
+
+
+def _end(request: HttpRequest, workflow_id: str, body: ReasonIn | None, verb: str,
+         action: Callable[[WorkflowHandle, str], bool]) -> dict[str, Any]:
+    """Cancel or terminate: the same permission, a default reason naming the caller, the run as it is after."""
     require(request, "cancel_workflow")
-    reason = (body.reason if body else "") or f"terminated by {caller(request)} through the HTTP API"
+    reason = (body.reason if body else "") or f"{verb} by {caller(request)} through the HTTP API"
     handle = client.get_handle(workflow_id)
-    changed = handle.terminate(reason)
+    changed = action(handle, reason)
     run = handle.refresh()
     return {"workflow_id": run.workflow_id, "run_id": run.run_id, "status": run.status, "changed": changed}
 

@@ -9,19 +9,19 @@ runs and history keep pointing at it).
 
 from __future__ import annotations
 
-import base64
-import binascii
 from typing import Any
 
 from django.http import HttpRequest
-from ninja import Query, Router, Schema, Status
+from ninja import Query, Router, Status
 from pydantic import Field
 
 from .. import schedules
 from ..conf import weft_settings
 from ..models import Schedule, ScheduleStatus
+from . import pages
 from .auth import caller, require
 from .errors import ApiError
+from .pages import PageQuery
 from .schedule_schemas import (
     BackfillIn,
     BackfillOut,
@@ -37,14 +37,9 @@ from .schemas import ERRORS
 
 router = Router(tags=["schedules"])
 
-PAGE_LIMIT = 500
-
-
-class ListQuery(Schema):
+class ListQuery(PageQuery):
     status: list[ScheduleStatus] | None = Field(None, description="Repeat for several.")
     workflow: str | None = Field(None, max_length=200)
-    limit: int = Field(50, ge=1, le=PAGE_LIMIT)
-    cursor: str | None = Field(None, max_length=400, description="The `next` of the previous page.")
 
 
 def _in_settings(schedule_id: str) -> bool:
@@ -55,20 +50,6 @@ def _in_settings(schedule_id: str) -> bool:
 
 def _out(schedule: Schedule) -> dict[str, Any]:
     return schedule_out(schedule, in_settings=_in_settings(schedule.schedule_id))
-
-
-def _cursor_of(schedule_id: str) -> str:
-    return base64.urlsafe_b64encode(schedule_id.encode()).decode().rstrip("=")
-
-
-def _after(cursor: str) -> str:
-    try:
-        after = base64.b64decode(cursor + "=" * (-len(cursor) % 4), altchars=b"-_", validate=True).decode()
-    except (ValueError, binascii.Error, UnicodeDecodeError):
-        after = ""
-    if not after:
-        raise ApiError(422, "invalid_cursor", "cursor is not one this API returned")
-    return after
 
 
 @router.post("schedules", response={201: ScheduleOut, **ERRORS}, summary="Create a schedule")
@@ -90,12 +71,9 @@ def list_schedules(request: HttpRequest, params: Query[ListQuery]) -> dict[str, 
     if params.workflow:
         rows = rows.filter(workflow_type=params.workflow)
     if params.cursor:
-        rows = rows.filter(schedule_id__gt=_after(params.cursor))
-    page = list(rows[:params.limit + 1])
-    more = len(page) > params.limit
-    page = page[:params.limit]
-    return {"results": [_out(schedule) for schedule in page],
-            "next": _cursor_of(page[-1].schedule_id) if more else None}
+        rows = rows.filter(schedule_id__gt=pages.decode(params.cursor, 1)[0])
+    found, after = pages.page(rows, params.limit, lambda schedule: (schedule.schedule_id,))
+    return {"results": [_out(schedule) for schedule in found], "next": after}
 
 
 @router.get("schedules/{schedule_id}", response={200: ScheduleOut, **ERRORS}, summary="A schedule")

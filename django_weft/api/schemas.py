@@ -54,21 +54,14 @@ class StartIn(Body):
     on_terminal_conflict: Literal["error", "start_new"] = "error"
 
 
-class StartOrSignalIn(Body):
-    workflow: str = Field(min_length=1, max_length=200, description="The registered workflow name.")
-    input: Any = None
+class StartOrSignalIn(StartIn):
+    """The start fields (for a run that has to be started) and the signal; with ``idempotency_key`` instead of
+    ``signal_id``, the key names the run and its first signal."""
+
     signal: str = Field(min_length=1, max_length=255, description="The signal's name.")
     payload: Any = None
     signal_id: str | None = Field(None, min_length=1, max_length=128,
                                   description="With workflow_id: concurrent callers converge on one run, one signal.")
-    workflow_id: str | None = Field(None, min_length=1, max_length=255)
-    idempotency_key: str | None = Field(None, min_length=1, max_length=255,
-                                        description="Instead of signal_id: names the run (and its first signal).")
-    start_after: float | None = Field(None, ge=0, description="Seconds a new run waits before it starts.")
-    execution_timeout: float | None = Field(None, gt=0, description="Seconds a new run may take in all.")
-    tags: list[str] = Field(default_factory=list, max_length=64)
-    search_attributes: dict[str, Any] = Field(default_factory=dict)
-    on_terminal_conflict: Literal["error", "start_new"] = "error"
 
 
 class StartOut(Schema):
