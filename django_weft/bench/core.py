@@ -242,14 +242,34 @@ def delete_runs(run_ids: list) -> int:
     return deleted
 
 
+def _open_transaction_unknown_to_django(conn: Any) -> bool:
+    """Whether the driver has a transaction (or a command) open that Django's bookkeeping does not know of: an
+    interrupt landed between a BEGIN and Django noting it, or inside a commit."""
+    raw = conn.connection
+    if raw is None or conn.in_atomic_block:
+        return False
+    if conn.vendor == "sqlite":
+        return bool(raw.in_transaction)
+    if conn.vendor == "postgresql":
+        from psycopg.pq import TransactionStatus
+
+        return bool(raw.info.transaction_status != TransactionStatus.IDLE)
+    return False
+
+
 def _fresh_connection_if_broken(using: str) -> None:
-    """An interrupt (SIGTERM, Ctrl-C) that lands inside a database call, a NOTIFY sent after a commit say,
-    leaves the connection mid-command: the clean-up then needs a new one."""
+    """An interrupt (SIGTERM, Ctrl-C) that lands inside a database call, a NOTIFY sent after a commit or the
+    BEGIN of a transaction say, leaves the connection mid-command or mid-transaction: the clean-up then needs a
+    new one (what was uncommitted is rolled back with the old one, which is all the bench's own rows)."""
     conn = connections[using]
     try:
-        with conn.cursor() as cursor:
-            cursor.execute("SELECT 1")
+        broken = _open_transaction_unknown_to_django(conn)
+        if not broken:
+            with conn.cursor() as cursor:
+                cursor.execute("SELECT 1")
     except Exception:
+        broken = True
+    if broken:
         try:
             conn.close()
         except Exception:
