@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from django.db import connections, router
@@ -215,7 +215,10 @@ def _choices(value: Any, allowed: list[str], what: str) -> list[str]:
 def _moment(value: Any, what: str) -> datetime:
     if not isinstance(value, datetime) or timezone.is_naive(value):
         raise InvalidArgument(f"{what} must be an aware datetime, got {value!r}")
-    return value
+    try:  # the database adapter converts to UTC: 9999-12-31T23:59-01:00 would overflow there (a 500)
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise InvalidArgument(f"{what} is out of range in UTC, got {value!r}") from None
 
 
 def _run_id(value: Any, what: str) -> uuid.UUID:

@@ -138,6 +138,15 @@ def test_a_deeply_nested_body_is_not_a_500(api):
     assert api.post("runs", {**START, "input": nested}).status_code in (201, 400, 413, 422)
 
 
+@pytest.mark.parametrize("moment", ["9999-12-31T23:59:59-23:59", "0001-01-01T00:00:00+23:59"])
+def test_a_filter_moment_out_of_range_in_utc_is_422(api, moment):
+    # Valid ISO 8601 whose UTC value Python cannot hold: the database adapter's conversion overflowed (a 500).
+    assert error_of(api.get("runs", {"created_after": moment})) == (422, "invalid_argument")
+    assert error_of(api.get("runs/count", {"created_before": moment})) == (422, "invalid_argument")
+    assert error_of(api.post("bulk/cancel", {"filters": {"created_after": moment}, "dry_run": True})) == (
+        422, "invalid_argument")
+
+
 def test_wrong_types_and_unknown_routes(api):
     assert error_of(api.post("runs", {"workflow": ["a"], "input": 1})) == (422, "invalid_request")
     assert error_of(api.post("runs", {**START, "workflow_id": ""})) == (422, "invalid_request")
