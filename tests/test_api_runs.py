@@ -3,6 +3,8 @@ get, signal, cancel, terminate, fork; each success and each error it can give.""
 
 from __future__ import annotations
 
+import base64
+import json
 from datetime import timedelta
 
 import pytest
@@ -96,6 +98,14 @@ def test_list_pages_newest_first_with_a_cursor(api):
     third = api.get("runs", {"limit": 2, "cursor": second["next"]}).json()
     assert [r["run_id"] for r in second["results"] + third["results"]] == [str(h.run_id) for h in handles[2::-1]]
     assert third["next"] is None
+
+
+@pytest.mark.parametrize("moment", ["9999-12-31T23:59:59-23:59", "0001-01-01T00:00:00+23:00", "2025-01-01"])
+def test_an_edited_cursor_is_422_not_a_500(api, moment):
+    # Well-formed, but naive or overflowing in UTC when the adapter converts it.
+    raw = json.dumps([moment, "00000000-0000-0000-0000-000000000000"]).encode()
+    cursor = base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    assert error_of(api.get("runs", {"cursor": cursor})) == (422, "invalid_cursor")
 
 
 def test_list_takes_every_filter_of_finding(api, weft_env):

@@ -49,10 +49,16 @@ def _key(run: Workflow) -> tuple[str, str]:
 
 def _after_cursor(cursor: str) -> Q:
     created_at, run_id = pages.decode(cursor, 2)
+    moment: dt.datetime | None = None
     try:
-        moment, after = dt.datetime.fromisoformat(created_at), uuid.UUID(run_id)
-    except ValueError:
-        raise ApiError(422, "invalid_cursor", "cursor is not one this API returned") from None
+        parsed, after = dt.datetime.fromisoformat(created_at), uuid.UUID(run_id)
+        # Ours are aware and in range; an edited one may be naive or overflow in UTC (a 500 in the adapter).
+        if parsed.utcoffset() is not None:
+            moment = parsed.astimezone(dt.UTC)
+    except (ValueError, OverflowError):
+        pass
+    if moment is None:
+        raise ApiError(422, "invalid_cursor", "cursor is not one this API returned")
     return Q(created_at__lt=moment) | Q(created_at=moment, run_id__lt=after)
 
 
