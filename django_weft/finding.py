@@ -30,6 +30,7 @@ from . import attributes
 from .exceptions import InvalidArgument, WorkflowNotRegistered
 from .models import FailureCategory, RunStatus, SearchAttributeValue, Workflow
 from .registry import get_workflow
+from .storable import check_text
 
 FILTERS = ("status", "type", "workflow_id_prefix", "tags", "attributes", "created_after", "created_before",
            "schedule", "parent", "failure_category", "version")
@@ -52,6 +53,7 @@ def runs_matching(*, status: str | Iterable[str] | None = None, type: Any = None
     if workflow_id_prefix is not None:
         if not isinstance(workflow_id_prefix, str) or not workflow_id_prefix:
             raise InvalidArgument(f"workflow_id_prefix must be a non-empty string, got {workflow_id_prefix!r}")
+        check_text(workflow_id_prefix, "workflow_id_prefix")
         runs = runs.filter(workflow_id__startswith=workflow_id_prefix)
     if tags is not None:
         runs = _with_tags(runs, tags)
@@ -65,6 +67,7 @@ def runs_matching(*, status: str | Iterable[str] | None = None, type: Any = None
         schedule_id = getattr(schedule, "schedule_id", schedule)
         if not isinstance(schedule_id, str):
             raise InvalidArgument(f"schedule must be a schedule id or a Schedule, got {schedule!r}")
+        check_text(schedule_id, "schedule")
         runs = runs.filter(schedule__schedule_id=schedule_id)
     if parent is not None:
         runs = runs.filter(parent_id=_run_id(parent, "parent"))
@@ -188,6 +191,8 @@ def type_names(value: Any) -> list[str]:
         try:
             names.append(get_workflow(item).name)
         except WorkflowNotRegistered as exc:
+            if isinstance(item, str):
+                check_text(item, "type filter")  # PostgreSQL refuses NUL even in a WHERE
             if isinstance(item, str) and Workflow.objects.filter(workflow_type=item).exists():
                 names.append(item)
             else:
@@ -234,6 +239,8 @@ def _with_tags(runs: QuerySet[Workflow], tags: Any) -> QuerySet[Workflow]:
     wanted = _listed(tags, "tags")
     if not wanted or not all(isinstance(tag, str) and tag for tag in wanted):
         raise InvalidArgument(f"tags must be a non-empty list of tags, got {tags!r}")
+    for tag in wanted:
+        check_text(tag, "a tag filter")
     vendor = connections[router.db_for_read(Workflow)].vendor
     if vendor != "sqlite":
         return runs.filter(tags__contains=wanted)

@@ -147,6 +147,16 @@ def test_a_filter_moment_out_of_range_in_utc_is_422(api, moment):
         422, "invalid_argument")
 
 
+@pytest.mark.parametrize("param", ["type", "workflow_id_prefix", "tag", "schedule"])
+def test_a_nul_in_a_text_filter_is_422(api, param):
+    # PostgreSQL refuses NUL in any text it is sent, a WHERE's too: a 500 there; SQLite answered a silent 200.
+    weft.start("test.approval", "n")
+    assert error_of(api.get("runs", {param: "a\x00"})) == (422, "invalid_argument")
+    assert error_of(api.get("runs/count", {param: "a\x00"})) == (422, "invalid_argument")
+    assert error_of(api.post("bulk/cancel", {"filters": {param: ["a\x00"] if param in ("type", "tag") else "a\x00"},
+                                             "dry_run": True})) == (422, "invalid_argument")
+
+
 def test_wrong_types_and_unknown_routes(api):
     assert error_of(api.post("runs", {"workflow": ["a"], "input": 1})) == (422, "invalid_request")
     assert error_of(api.post("runs", {**START, "workflow_id": ""})) == (422, "invalid_request")
