@@ -311,3 +311,10 @@ def test_an_input_over_the_payload_limit_is_refused(api):
         response = api.post("schedules", {**HOURLY, "input": "x" * 200})
     assert error_of(response) == (413, "payload_too_large")
     assert Schedule.objects.count() == 0
+
+
+def test_a_nul_in_the_list_filters_is_422(api):
+    # PostgreSQL refuses NUL even in a WHERE: both were 500s there (an empty page on SQLite).
+    assert error_of(api.get("schedules", workflow="a\x00")) == (422, "invalid_argument")
+    nul_cursor = "WyJcdTAwMDAiXQ"  # ["\u0000"], base64
+    assert error_of(api.get("schedules", cursor=nul_cursor)) == (422, "invalid_cursor")

@@ -135,3 +135,9 @@ def test_an_update_of_a_closed_run_is_409_and_of_an_unknown_one_404(api, weft_en
     assert error_of(api.post("runs/done-u/updates/late")) == (409, "workflow_closed")
     assert error_of(api.post("runs/none/updates/late")) == (404, "workflow_not_found")
     assert error_of(api.get("runs/done-u/updates/late/none")) == (404, "workflow_not_found")
+
+
+@pytest.mark.parametrize("path", ["runs/a%00/updates/add/u", "runs/a/updates/a%00/u", "runs/a/updates/add/u%00"])
+def test_a_nul_in_an_update_reply_path_is_422(api, path):
+    # PostgreSQL refuses NUL even in a WHERE: it was a 500 there (a 404 on SQLite).
+    assert error_of(api.get(path, {"timeout": 0})) == (422, "invalid_argument")

@@ -18,6 +18,7 @@ from pydantic import Field
 from .. import schedules
 from ..conf import weft_settings
 from ..models import Schedule, ScheduleStatus
+from ..storable import check_text, unstorable_reason
 from . import pages
 from .auth import caller, require
 from .errors import ApiError
@@ -69,9 +70,13 @@ def list_schedules(request: HttpRequest, params: Query[ListQuery]) -> dict[str, 
     if params.status:
         rows = rows.filter(status__in=params.status)
     if params.workflow:
+        check_text(params.workflow, "workflow")  # PostgreSQL refuses NUL even in a WHERE (a 500)
         rows = rows.filter(workflow_type=params.workflow)
     if params.cursor:
-        rows = rows.filter(schedule_id__gt=pages.decode(params.cursor, 1)[0])
+        after = pages.decode(params.cursor, 1)[0]
+        if unstorable_reason(after):
+            raise ApiError(422, "invalid_cursor", "cursor is not one this API returned")
+        rows = rows.filter(schedule_id__gt=after)
     found, after = pages.page(rows, params.limit, lambda schedule: (schedule.schedule_id,))
     return {"results": [_out(schedule) for schedule in found], "next": after}
 

@@ -19,6 +19,7 @@ from .. import client
 from ..conf import weft_settings
 from ..exceptions import WorkflowCancelled, WorkflowFailed, WorkflowNotFound, WorkflowTimedOut
 from ..models import Workflow, WorkflowUpdate
+from ..storable import check_text
 from ..updates import UpdateHandle
 from .auth import require
 from .errors import ApiError
@@ -101,6 +102,8 @@ def update(request: HttpRequest, workflow_id: str, name: str, body: UpdateIn | N
 def get_update(request: HttpRequest, workflow_id: str, name: str, update_id: str,
                params: Query[WaitQuery]) -> dict[str, Any]:
     require(request, "view_workflow")
+    for what, text in (("workflow_id", workflow_id), ("name", name), ("update_id", update_id)):
+        check_text(text, what)  # PostgreSQL refuses NUL even in a WHERE (a 500)
     # The update belongs to one run of the id's chain (a chain that continued as new shares the workflow id).
     record = (WorkflowUpdate.objects.filter(run__workflow_id=workflow_id, name=name, update_id=update_id)
               .order_by("-received_at").first())
