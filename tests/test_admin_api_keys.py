@@ -138,3 +138,17 @@ def test_only_users_with_the_api_key_permissions_see_keys(client):
     record = ApiKey.objects.get()
     assert client.get(change_url(record, "revoke")).status_code == 403
     assert 'value="revoke_selected"' not in client.get(CHANGELIST).content.decode()
+
+
+def test_a_key_holds_no_permission_its_maker_lacks(client):
+    # With add_apikey alone a user could otherwise make a key that purges runs.
+    user = get_user_model().objects.create_user("keymaker", password="pw", is_staff=True)
+    user.user_permissions.add(*Permission.objects.filter(codename__in=["add_apikey", "view_apikey", "view_workflow"]))
+    client.force_login(user)
+    page = client.get(ADD).content.decode()
+    assert 'value="django_weft.view_workflow"' in page and 'value="django_weft.purge_workflow"' not in page
+    refused = client.post(ADD, {"name": "wide", "permissions": ["django_weft.purge_workflow"]})
+    assert refused.status_code == 200 and b"not one of the available choices" in refused.content
+    assert not ApiKey.objects.exists()
+    make_key(client, "narrow", ["django_weft.view_workflow"])
+    assert ApiKey.objects.get().permissions == ["django_weft.view_workflow"]

@@ -25,10 +25,12 @@ from .common import Operation, OperationsMixin
 SHOWN_FIELDS = ("name", "prefix", "permission_list", "created_at", "created_by", "last_used_at", "revoked_at")
 
 
-def _permission_choices() -> list[tuple[str, str]]:
+def _permission_choices(request: HttpRequest) -> list[tuple[str, str]]:
+    """The permissions the user may give a key: the ones they hold (a key must not do more than its maker)."""
     rows = Permission.objects.filter(content_type__app_label="django_weft").order_by("content_type__model",
                                                                                       "codename")
-    return [(f"django_weft.{p.codename}", f"django_weft.{p.codename}: {p.name}") for p in rows]
+    return [(f"django_weft.{p.codename}", f"django_weft.{p.codename}: {p.name}") for p in rows
+            if request.user.has_perm(f"django_weft.{p.codename}")]
 
 
 class ApiKeyAddForm(forms.ModelForm):
@@ -40,9 +42,11 @@ class ApiKeyAddForm(forms.ModelForm):
         model = ApiKey
         fields = ("name", "permissions")
 
+    request: HttpRequest  # set by ApiKeyAdmin.get_form
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["permissions"].choices = _permission_choices()  # type: ignore[attr-defined]
+        self.fields["permissions"].choices = _permission_choices(self.request)  # type: ignore[attr-defined]
 
 
 def _revoke(request: HttpRequest, key: ApiKey) -> str:
@@ -83,7 +87,7 @@ class ApiKeyAdmin(OperationsMixin, admin.ModelAdmin):
 
     def get_form(self, request: HttpRequest, obj: ApiKey | None = None, change: bool = False, **kwargs: Any) -> Any:
         if obj is None:
-            kwargs["form"] = ApiKeyAddForm
+            kwargs["form"] = type("ApiKeyAddForm", (ApiKeyAddForm,), {"request": request})
         return super().get_form(request, obj, change=change, **kwargs)
 
     def get_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> Any:
