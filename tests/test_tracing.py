@@ -49,6 +49,18 @@ def test_the_execution_links_to_the_request_that_started_it_and_attempts_are_its
 
 
 @pytest.mark.django_db
+def test_an_execution_inside_a_current_span_is_still_its_own_trace(weft_env):
+    # A Celery task's span, or a test's: the execution links to the starter, it is not that span's child.
+    with tracer.start_as_current_span("task") as task:
+        weft.start("test.steps", {"key": "t7", "count": 1})
+        weft_env.drive()
+    [execution] = spans("weft.run test.steps")
+    assert execution.parent is None and execution.context.trace_id != task.get_span_context().trace_id
+    assert linked(execution) == {ids(task)}
+    assert spans(RECORD)[0].parent.span_id == ids(execution)[1]
+
+
+@pytest.mark.django_db
 def test_without_a_current_span_nothing_is_stored_or_linked(weft_env):
     handle = weft.start("test.steps", {"key": "t2", "count": 1})
     assert Workflow.objects.get(pk=handle.run_id).trace_context is None

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 
 from ..models import Workflow
@@ -59,8 +60,9 @@ def execution_span(run: Workflow) -> Iterator[trace.Span]:
     links = [link for link in (_link(run.trace_context),) if link is not None]
     attributes = {"weft.workflow_type": run.workflow_type, "weft.workflow_id": run.workflow_id,
                   "weft.run_id": str(run.pk)}
+    # A root, whatever is current (a Celery task's span, a test's, a request executing inline): its own trace.
     with _span(f"weft.run {run.workflow_type}", kind=trace.SpanKind.CONSUMER, links=links,
-               attributes=attributes) as span:
+               attributes=attributes, context=otel_context.Context()) as span:
         yield span
 
 
