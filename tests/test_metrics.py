@@ -11,6 +11,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.db import transaction
 from django.test import override_settings
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -86,6 +87,18 @@ def test_a_retried_attempt_is_timed_as_failed_then_completed(client, weft_env):
     for outcome in ("failed", "completed"):
         assert value(after, name, activity=activity, outcome=outcome) - value(
             before, name, activity=activity, outcome=outcome) == 1
+
+
+def test_steps_recorded_in_a_rolled_back_transaction_are_not_counted(client, weft_env):
+    before = scrape(client)
+    weft.start("test.steps", {"key": "rb", "count": 1})
+    with pytest.raises(RuntimeError), transaction.atomic():
+        weft.run_maintenance()  # executes the run; its step is rolled back with the rest
+        raise RuntimeError("rolled back")
+    weft_env.drive()  # executes it again: the step is recorded once
+    after = scrape(client)
+    name = "weft_step_duration_seconds_count"
+    assert value(after, name, kind="activity") - value(before, name, kind="activity") == 1
 
 
 def test_backlog_gauges_come_from_the_database_at_scrape_time(client, weft_env):

@@ -174,12 +174,13 @@ def watching_steps() -> bool:
 
 
 def steps_committed(run: Workflow, steps: Sequence[WorkflowStep], consumed: Sequence[tuple[int, str, int]]) -> None:
-    """Inside the transaction that records ``steps`` and consumes signals (pk, name, seq) for ``run``: count
-    the steps that finished, and send the activity and signal_consumed signals once it commits."""
+    """Inside the transaction that records ``steps`` and consumes signals (pk, name, seq) for ``run``: once it
+    commits, count the steps that finished and send the activity and signal_consumed signals."""
     if _metrics is not None:
-        for step in steps:
-            if step.finished_at is not None and step.started_at is not None and step.status in _ENDED:
-                _metrics.step_ended(step.kind, (step.finished_at - step.started_at).total_seconds())
+        timed = [(step.kind, (step.finished_at - step.started_at).total_seconds()) for step in steps
+                 if step.finished_at is not None and step.started_at is not None and step.status in _ENDED]
+        if timed:  # after the commit: a rolled-back step is recorded (and counted) again by the next execution
+            transaction.on_commit(lambda: [_metrics.step_ended(kind, seconds) for kind, seconds in timed])
     listened = signals.activity_completed.receivers or signals.activity_failed.receivers
     announced = [step for step in steps if step.kind == StepKind.ACTIVITY and _activity_ended(step)] if listened else []
     if announced:
