@@ -4,6 +4,7 @@ the metrics/ view's access rules, and weft_maintenance --metrics-port."""
 from __future__ import annotations
 
 import re
+import urllib.error
 import urllib.request
 from datetime import timedelta
 
@@ -202,3 +203,24 @@ def test_weft_maintenance_serves_its_own_counters_and_the_database_gauges(mainte
     assert value(served, "weft_runnable_runs") == 0  # the delayed one is not due
     assert value(served, "weft_timers_overdue") == 0
     assert proc.alive
+
+
+def test_the_metrics_port_asks_for_the_token_when_one_is_set(settings):
+    from django_weft.observability import metrics
+
+    server = metrics.serve(0, "127.0.0.1")
+    url = f"http://127.0.0.1:{server.server_port}/metrics"
+    try:
+        settings.WEFT_METRICS_TOKEN = "s3cret"
+        for headers in ({}, {"Authorization": "Bearer wrong"}):
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=10)
+            assert refused.value.code == 401
+        request = urllib.request.Request(url, headers={"Authorization": "Bearer s3cret"})
+        with urllib.request.urlopen(request, timeout=10) as response:
+            assert response.status == 200 and b"weft_runnable_runs" in response.read()
+        settings.WEFT_METRICS_TOKEN = None
+        with urllib.request.urlopen(url, timeout=10) as response:  # no token set: open, as exporters are
+            assert response.status == 200
+    finally:
+        server.shutdown()

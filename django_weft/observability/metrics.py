@@ -10,6 +10,7 @@ whole deployment. With ``PROMETHEUS_MULTIPROC_DIR`` set (a web server with sever
 
 from __future__ import annotations
 
+import hmac
 import logging
 import os
 import threading
@@ -25,6 +26,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from .. import clock, signals
+from ..conf import weft_settings
 from ..models import Schedule, ScheduleStatus, Timer, Workflow
 
 logger = logging.getLogger("django_weft.metrics")
@@ -152,6 +154,15 @@ class _QuietHandler(WSGIRequestHandler):
 
 
 def _app(environ: dict, start_response: Callable[..., Any]) -> Iterable[bytes]:
+    token = weft_settings.METRICS_TOKEN
+    if token:  # as for weft/metrics/: with a token set, a scrape must send it
+        sent = str(environ.get("HTTP_AUTHORIZATION", ""))
+        given = sent.removeprefix("Bearer ").strip() if sent.startswith("Bearer ") else ""
+        if not hmac.compare_digest(given.encode(), str(token).encode()):
+            body = b"Authorization: Bearer <WEFT_METRICS_TOKEN> needed\n"
+            start_response("401 Unauthorized", [("Content-Type", "text/plain"), ("Content-Length", str(len(body))),
+                                                ("WWW-Authenticate", 'Bearer realm="django_weft metrics"')])
+            return [body]
     try:
         body, status = render(close_connections=True), "200 OK"
     except Exception:
