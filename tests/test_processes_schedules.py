@@ -243,7 +243,7 @@ def executions_per_pid() -> dict[int, int]:
 # --- tests ---------------------------------------------------------------------------------------------------
 
 
-def test_three_processes_tick_200_schedules_without_duplicates_or_gaps(postgres_only, maintenance):
+def test_three_processes_tick_200_schedules_without_duplicates_or_gaps(row_locks, maintenance):
     procs = start_processes(maintenance, ["proc0", "proc1", "proc2"])
     create_schedules()
     keep_running(14, procs)
@@ -252,7 +252,7 @@ def test_three_processes_tick_200_schedules_without_duplicates_or_gaps(postgres_
     report("3 processes", check_schedules(bounds, procs))
 
 
-def test_a_process_killed_mid_way_and_restarted_loses_and_doubles_no_occurrence(postgres_only, maintenance):
+def test_a_process_killed_mid_way_and_restarted_loses_and_doubles_no_occurrence(row_locks, maintenance):
     # A short lease, so that runs the killed process held are taken over within seconds.
     procs = start_processes(maintenance, ["proc0", "proc1", "proc2"], **SHORT_LEASE)
     create_schedules()

@@ -353,7 +353,7 @@ def describe_runs() -> str:
 # --- the test ----------------------------------------------------------------------------------------------
 
 
-def test_soak_four_processes_2000_runs_with_a_sigkill_every_20s(postgres_only, maintenance):
+def test_soak_four_processes_2000_runs_with_a_sigkill_every_20s(row_locks, maintenance):
     seed = int(os.environ.get("WEFT_SOAK_SEED") or random.SystemRandom().randrange(1, 2**31))
     print(f"\n[soak] seed={seed} (WEFT_SOAK_SEED={seed} replays this plan), runs={RUNS}")
     plan = make_plan(random.Random(seed), RUNS)
