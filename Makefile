@@ -4,6 +4,14 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 MANAGE := $(PY) testproject/manage.py
+# The MySQL/MariaDB driver (mysqlclient, the mysql extra) compiles against the MariaDB/MySQL client headers
+# (libmariadb-dev and pkg-config on Debian), so it is installed only when DATABASE_URL asks for MySQL: `make test`
+# on a machine without those headers keeps working.
+ifneq ($(filter mysql://% mariadb://%,$(DATABASE_URL)),)
+INSTALLED := $(VENV)/.installed-mysql
+else
+INSTALLED := $(VENV)/.installed
+endif
 
 .PHONY: demo test soak lint typecheck check-migrations bench clean
 
@@ -13,14 +21,18 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet -e ".[postgres,celery,api,metrics,tracing]" --group dev
 	touch $@
 
+$(VENV)/.installed-mysql: $(VENV)/.installed
+	$(PY) -m pip install --quiet -e ".[postgres,celery,api,metrics,tracing,mysql]" --group dev
+	touch $@
+
 demo: $(VENV)/.installed
 	$(PY) testproject/run_demo.py
 
-test: $(VENV)/.installed
+test: $(INSTALLED)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-# The bounded soak test (tests/test_soak.py, a few minutes; PostgreSQL only, skipped on SQLite).
-soak: $(VENV)/.installed
+# The bounded soak test (tests/test_soak.py, a few minutes; PostgreSQL or MySQL/MariaDB, skipped on SQLite).
+soak: $(INSTALLED)
 	$(PY) -m pytest -m soak $(PYTEST_ARGS)
 
 # ruff, and the layer contract of design 8.1 ([tool.importlinter] in pyproject.toml).
@@ -33,11 +45,11 @@ lint: $(VENV)/.installed
 typecheck: $(VENV)/.installed
 	PYTHONPATH=.:testproject $(VENV)/bin/mypy
 
-check-migrations: $(VENV)/.installed
+check-migrations: $(INSTALLED)
 	$(MANAGE) makemigrations --check --dry-run
 	$(MANAGE) makemigrations --check --dry-run --settings tests.settings
 
-bench: $(VENV)/.installed
+bench: $(INSTALLED)
 	$(MANAGE) migrate --verbosity 0
 	DJANGO_DEBUG=0 $(MANAGE) weft_bench $(BENCH_ARGS)
 

@@ -11,11 +11,13 @@ from __future__ import annotations
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
+from .fields import IdentifierField
+
 
 class ApiKey(models.Model):
     id = models.BigAutoField(primary_key=True)
-    name = models.CharField(max_length=100, unique=True, help_text=_("Who or what uses it."))
-    prefix = models.CharField(max_length=16, unique=True, editable=False,
+    name = IdentifierField(max_length=100, unique=True, help_text=_("Who or what uses it."))
+    prefix = IdentifierField(max_length=16, unique=True, editable=False,
                               help_text=_("The start of the key, to recognise it; the rest is not stored."))
     key_hash = models.CharField(max_length=64, editable=False)
     permissions = models.JSONField(default=list, blank=True,

@@ -6,6 +6,8 @@ from __future__ import annotations
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
+from .fields import IdentifierField
+
 
 class BulkOperationStatus(models.TextChoices):
     RUNNING = "running", _("Running")
@@ -40,8 +42,8 @@ class SpentIdempotencyKey(models.Model):
     """An idempotency key whose run was purged: reusing it raises IdempotencyKeyPurged instead of starting a
     second run (which could, say, charge a card twice)."""
 
-    key = models.CharField(max_length=255, primary_key=True)
-    workflow_id = models.CharField(max_length=255)
+    key = IdentifierField(max_length=255, primary_key=True)
+    workflow_id = IdentifierField(max_length=255)
     run_id = models.UUIDField()
     spent_at = models.DateTimeField(help_text=_("When its run was purged."))
 

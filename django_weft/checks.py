@@ -37,6 +37,77 @@ def check_sqlite_transaction_mode(app_configs: Any = None, **kwargs: Any) -> lis
     )]
 
 
+# The isolation level django_weft's fenced transitions are written for on MySQL/MariaDB (weft.E005).
+MYSQL_ISOLATION = "read committed"
+
+
+@register(Tags.compatibility)
+def check_mysql_isolation_setting(app_configs: Any = None, **kwargs: Any) -> list:
+    """weft.E005 from the settings alone; an unset level is Django's default, READ COMMITTED."""
+    alias = _weft_alias()
+    settings_dict = connections[alias].settings_dict
+    if settings_dict["ENGINE"] != "django.db.backends.mysql":
+        return []
+    level = (settings_dict.get("OPTIONS") or {}).get("isolation_level", MYSQL_ISOLATION)
+    if level is None:  # the server's default: only a check on the database itself can tell (below)
+        return []
+    return _mysql_isolation_errors(alias, str(level).lower())
+
+
+@register(Tags.database)
+def check_mysql_server(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list:
+    """On MySQL/MariaDB, when asked to check the database (``migrate``, ``check --database``): a server with
+    SKIP LOCKED (weft.E004) and sessions in READ COMMITTED as this project opens them (weft.E005)."""
+    alias = _weft_alias()
+    if not databases or alias not in databases:
+        return []
+    connection = connections[alias]
+    if connection.vendor != "mysql":
+        return []
+    try:
+        connection.ensure_connection()
+        skip_locked = connection.features.has_select_for_update_skip_locked
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT @@SESSION.transaction_isolation" if _has_transaction_isolation(connection)
+                           else "SELECT @@SESSION.tx_isolation")
+            level = str(cursor.fetchone()[0]).replace("-", " ").lower()
+    except DatabaseError:  # unreachable: migrate will say so
+        return []
+    errors = []
+    if not skip_locked:
+        server = "MariaDB" if connection.mysql_is_mariadb else "MySQL"  # type: ignore[attr-defined]
+        version = ".".join(str(part) for part in connection.mysql_version)  # type: ignore[attr-defined]
+        errors.append(Error(
+            f"django_weft needs SELECT ... FOR UPDATE SKIP LOCKED; database {alias!r} is {server} {version}, "
+            "which has none.",
+            hint="Use MariaDB 10.6 or later, or MySQL 8.0 or later: executors and maintenance processes claim "
+                 "runs, timers and schedules with SKIP LOCKED, so that several never wait on one another.",
+            id="weft.E004",
+        ))
+    return errors + _mysql_isolation_errors(alias, level)
+
+
+def _has_transaction_isolation(connection: Any) -> bool:
+    # MySQL 8 has only transaction_isolation; MariaDB has tx_isolation, and transaction_isolation from 11.1.
+    return not connection.mysql_is_mariadb or connection.mysql_version >= (11, 1)
+
+
+def _mysql_isolation_errors(alias: str, level: str) -> list:
+    if level == MYSQL_ISOLATION:
+        return []
+    return [Error(
+        f"django_weft needs READ COMMITTED transactions on MySQL/MariaDB; database {alias!r} uses "
+        f"{level.upper()}.",
+        hint=f'Set DATABASES["{alias}"]["OPTIONS"]["isolation_level"] = "read committed" (Django\'s default when '
+             "the option is absent; None means the server's default, REPEATABLE READ unless configured). Under "
+             "REPEATABLE READ or SERIALIZABLE the plain reads of a fenced transition see the snapshot of its "
+             "first read, not the rows other processes committed since (its locking reads do), and range "
+             "reads take gap locks, so claims, starts and signal deliveries wait on or deadlock over rows they "
+             "never touch; READ UNCOMMITTED reads writes that may yet roll back.",
+        id="weft.E005",
+    )]
+
+
 @register(Tags.database)
 def check_unregistered_open_runs(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list:
     """Runs still open whose workflow type, or the version of it they started on, no process here can

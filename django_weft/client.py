@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import DatabaseError, IntegrityError, transaction
 
-from . import clock, forks, liveness, queries, repairs, spent_keys, terminations, transitions
+from . import clock, forks, liveness, lock_retries, queries, repairs, spent_keys, terminations, transitions
 from .codec import decode, encode
 from .durations import to_seconds
 from .exceptions import (
@@ -290,7 +290,7 @@ def start(
                       start_at=start_at, start_after=start_after, execution_timeout=execution_timeout,
                       tags=tags, search_attributes=search_attributes)
     if idempotency_key is not None:
-        return _start_idempotent(run)
+        return lock_retries.retried("start", lambda: _start_idempotent(run))
     # A savepoint keeps a caller's transaction usable after a lost race; on its own, start() needs none.
     in_callers_transaction = transaction.get_connection().in_atomic_block
     with transaction.atomic():

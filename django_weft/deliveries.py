@@ -53,7 +53,9 @@ def fail_updates_of_closed_runs(now: datetime) -> int:
     """Fail the pending updates of runs that have ended (see fail_pending_updates); how many."""
     failed = 0
     closed = WorkflowUpdate.objects.filter(status=UpdateStatus.PENDING, run__status__in=RunStatus.terminal_values())
-    for run in Workflow.objects.filter(pk__in=closed.values("run_id")[:500]).only("pk", "status"):
+    # A page of ids read first, not a LIMITed subquery inside IN (which MySQL and MariaDB refuse).
+    page = list(closed.order_by().values_list("run_id", flat=True).distinct()[:500])
+    for run in Workflow.objects.filter(pk__in=page).only("pk", "status"):
         with transaction.atomic():
             failed += fail_pending_updates(run, now)
     return failed

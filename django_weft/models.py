@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import models
-from django.db.models import Q
+from django.db.models import Case, F, Q, Value, When
 from django.utils.translation import gettext_lazy as _
 
 from .choices import (
@@ -20,6 +20,7 @@ from .choices import (
     UpdateStatus,
 )
 from .codec import decode
+from .fields import IdentifierField
 from .querysets import WorkflowQuerySet
 
 
@@ -33,8 +34,16 @@ class Workflow(models.Model):
     """
 
     run_id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    workflow_id = models.CharField(max_length=255, help_text=_("Business id; at most one open run per id."))
-    workflow_type = models.CharField(max_length=200)
+    workflow_id = IdentifierField(max_length=255, help_text=_("Business id; at most one open run per id."))
+    # The workflow_id while the run is open, NULL once it is finished; kept by the database, so no transition
+    # writes it. Its plain unique constraint (NULLs are distinct) is "one open run per workflow_id" on every
+    # backend: MySQL and MariaDB have no partial unique indexes, and Django skips conditional constraints there.
+    open_workflow_id = models.GeneratedField(
+        expression=Case(When(status__in=RunStatus.open_values(), then=F("workflow_id")), default=Value(None)),
+        output_field=IdentifierField(max_length=255, null=True),
+        db_persist=True,
+    )
+    workflow_type = IdentifierField(max_length=200)
     # The version of the workflow's code the run started on and always executes with.
     version = models.PositiveIntegerField(default=1)
     status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.PENDING)
@@ -45,7 +54,7 @@ class Workflow(models.Model):
     # Why the engine ended the run, where it did (e.g. "history_limit", "cancel_requested"); while a cancel
     # its parent requested waits for the run to park (cancel_requested_at), why it will be cancelled.
     termination_reason = models.CharField(max_length=64, blank=True)
-    idempotency_key = models.CharField(max_length=255, null=True, blank=True, unique=True)
+    idempotency_key = IdentifierField(max_length=255, null=True, blank=True, unique=True)
     parent = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children"
     )
@@ -100,17 +109,10 @@ class Workflow(models.Model):
             ("signal_workflow", "Can signal workflow runs and complete their async activities"),
         ]
         constraints = [
-            models.UniqueConstraint(
-                fields=["workflow_id"],
-                condition=Q(status__in=RunStatus.open_values()),
-                name="weft_one_open_run_per_workflow_id",
-            ),
-            # What makes any number of maintenance processes safe: one run per schedule occurrence.
-            models.UniqueConstraint(
-                fields=["schedule", "scheduled_for"],
-                condition=Q(schedule__isnull=False, scheduled_for__isnull=False),
-                name="weft_one_run_per_occurrence",
-            ),
+            models.UniqueConstraint(fields=["open_workflow_id"], name="weft_one_open_run_per_workflow_id"),
+            # What makes any number of maintenance processes safe: one run per schedule occurrence. Plain, not
+            # partial: a unique index holds NULLs distinct on every backend, so runs of no schedule never clash.
+            models.UniqueConstraint(fields=["schedule", "scheduled_for"], name="weft_one_run_per_occurrence"),
             models.CheckConstraint(
                 condition=Q(status__in=RunStatus.open_values()) | Q(finished_at__isnull=False),
                 name="weft_finished_runs_have_finished_at",
@@ -231,10 +233,10 @@ class Signal(models.Model):
 
     id = models.BigAutoField(primary_key=True)
     run = models.ForeignKey(Workflow, on_delete=models.CASCADE, related_name="signals")
-    name = models.CharField(max_length=255)
+    name = IdentifierField(max_length=255)
     payload = models.BinaryField(null=True, blank=True)
-    # NULL, not "", means "no id": the unique constraint below then ignores the row.
-    signal_id = models.CharField(max_length=128, null=True, blank=True,  # noqa: DJ001
+    # NULL, not "", means "no id": the unique constraint below then ignores the row (NULLs are distinct).
+    signal_id = IdentifierField(max_length=128, null=True, blank=True,
                                  help_text=_("Sender's deduplication id; unique per run and name."))
     sequence = models.BigIntegerField(help_text=_("Arrival order within the run."))
     received_at = models.DateTimeField()
@@ -246,8 +248,7 @@ class Signal(models.Model):
         verbose_name = _("signal")
         ordering = ["run", "sequence"]
         constraints = [
-            models.UniqueConstraint(fields=["run", "name", "signal_id"], condition=Q(signal_id__isnull=False),
-                                    name="weft_signal_unique_id"),
+            models.UniqueConstraint(fields=["run", "name", "signal_id"], name="weft_signal_unique_id"),
             models.UniqueConstraint(fields=["run", "sequence"], name="weft_signal_unique_sequence"),
         ]
         indexes = [
@@ -279,7 +280,7 @@ class AsyncActivity(models.Model):
     seq = models.PositiveIntegerField()
     attempt = models.PositiveIntegerField()
     activity = models.CharField(max_length=255)
-    token = models.CharField(max_length=512, unique=True)
+    token = IdentifierField(max_length=512, unique=True)
     status = models.CharField(max_length=16, choices=AsyncStatus.choices, default=AsyncStatus.PENDING)
     result = models.BinaryField(null=True, blank=True)
     error = models.JSONField(null=True, blank=True)
@@ -324,8 +325,8 @@ class Schedule(models.Model):
     """Starts runs of a workflow on a cron or interval cadence. Create with ``weft.create_schedule``."""
 
     id = models.BigAutoField(primary_key=True)
-    schedule_id = models.CharField(max_length=255, unique=True)
-    workflow_type = models.CharField(max_length=200)
+    schedule_id = IdentifierField(max_length=255, unique=True)
+    workflow_type = IdentifierField(max_length=200)
     input = models.BinaryField(null=True, blank=True)
     cron = models.CharField(max_length=255, blank=True)
     every = models.DurationField(null=True, blank=True)

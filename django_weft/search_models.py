@@ -12,16 +12,19 @@ from django.db import models
 from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 
+from .fields import IdentifierField
+
 
 class SearchAttributeValue(models.Model):
     """One value of a declared search attribute of a run (a ``keyword_list`` has a row per keyword)."""
 
     id = models.BigAutoField(primary_key=True)
     run = models.ForeignKey("django_weft.Workflow", on_delete=models.CASCADE, related_name="attribute_values")
-    name = models.CharField(max_length=64)
+    name = IdentifierField(max_length=64)
     int_value = models.BigIntegerField(null=True, blank=True)
     decimal_value = models.DecimalField(max_digits=38, decimal_places=10, null=True, blank=True)
-    keyword_value = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001 (NULL: not this type)
+    # Keywords match exactly (a text attribute is the one for loose search).
+    keyword_value = IdentifierField(max_length=255, null=True, blank=True)  # NULL: not this type
     text_value = models.TextField(null=True, blank=True)  # noqa: DJ001
     datetime_value = models.DateTimeField(null=True, blank=True)
     bool_value = models.BooleanField(null=True, blank=True)

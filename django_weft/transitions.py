@@ -21,7 +21,7 @@ from django.db import transaction
 from django.db.models import Case, F, Value, When
 from django.db.models.functions import Coalesce
 
-from . import attribute_rows, journal, signals, wakeups
+from . import attribute_rows, journal, lock_retries, signals, wakeups
 from .conf import weft_settings
 from .deliveries import deliver_signal as deliver_signal  # re-exported: part of the state writer's API
 from .deliveries import deliver_update as deliver_update
@@ -129,6 +129,7 @@ class Claim:
     deferred: list[journal.JournalWrite] = field(default_factory=list)
 
 
+@lock_retries.retrying("claim")
 def claim(owner: str, now: datetime, limit: int, *, run_id: Any = None) -> list[Claim]:
     """Take up to ``limit`` runnable runs (due timers, delayed starts, expired leases) for ``owner``;
     with ``run_id``, that run only, if it is runnable."""
@@ -207,11 +208,13 @@ def _fenced_write(claim: Claim, now: datetime, writes: Sequence[journal.JournalW
             _after_close(run, now)
 
 
+@lock_retries.retrying_held("commit")
 def commit(claim: Claim, now: datetime, writes: Sequence[journal.JournalWrite] = ()) -> None:
     """Commit journal writes for a run this executor holds, renewing its lease, in one transaction."""
     _fenced_write(claim, now, writes, runnable_at=_lease_expiry(now))
 
 
+@lock_retries.retrying_held("park")
 def park(claim: Claim, now: datetime, *, wake_at: datetime | None, reason: str,
          writes: Sequence[journal.JournalWrite] = (), awaiting_signals: Sequence[str] = ()) -> None:
     """Park the run (waiting) until ``wake_at`` or until something external wakes it.
@@ -242,6 +245,7 @@ def park(claim: Claim, now: datetime, *, wake_at: datetime | None, reason: str,
                    termination_reason=child.termination_reason or PARENT_CANCEL_REQUESTED)
 
 
+@lock_retries.retrying_held("finish")
 def finish(claim: Claim, now: datetime, status: str, *, result: bytes | None = None,
            error: dict | None = None, failure_category: str = "", termination_reason: str = "") -> None:
     """Complete, fail, cancel or time out a run this executor holds."""
@@ -255,6 +259,7 @@ def finish(claim: Claim, now: datetime, status: str, *, result: bytes | None = N
     _send_on_commit(FINISH_SIGNALS[status], run)
 
 
+@lock_retries.retrying_held("continue_as_new")
 def continue_as_new(claim: Claim, now: datetime, following: Workflow) -> None:
     """End the held run as continued and insert ``following`` (the next run of its workflow id) in one
     transaction. Signals it has not consumed move to the new run, which takes over its inbox sequence (so
@@ -297,11 +302,13 @@ def continue_as_new(claim: Claim, now: datetime, following: Workflow) -> None:
     run.status, run.finished_at = S.CONTINUED, now
 
 
+@lock_retries.retrying_held("note_recovery")
 def note_recovery(claim: Claim, now: datetime, recoveries: int, mark: int) -> None:
     """Count a takeover of the held run (its last executor died) at journal length ``mark``."""
     _fenced_write(claim, now, recoveries=recoveries, recovery_mark=mark, runnable_at=_lease_expiry(now))
 
 
+@lock_retries.retrying_held("release")
 def release(claim: Claim, now: datetime, *, retry_at: datetime | None = None, reason: str = "") -> bool:
     """Give a held run back so any executor can take it at ``retry_at`` (default: now)."""
     try:
@@ -443,6 +450,7 @@ def _close(run: Workflow, status: str, now: datetime, error: dict, *, terminatio
     _send_on_commit(FINISH_SIGNALS[status], run)
 
 
+@lock_retries.retrying("cancel")
 def cancel(run_id: Any, now: datetime, reason: str = "", *, termination_reason: str = CANCEL_REQUESTED) -> bool:
     """Cancel a run wherever it is; an executor holding it loses it. False if it had already finished."""
     with transaction.atomic():
@@ -453,6 +461,7 @@ def cancel(run_id: Any, now: datetime, reason: str = "", *, termination_reason: 
     return True
 
 
+@lock_retries.retrying("time_out")
 def time_out(run_id: Any, now: datetime) -> bool:
     with transaction.atomic():
         run = locked_with_owners(run_id)

@@ -11,6 +11,7 @@ from django.utils.translation import gettext_lazy as _
 
 from .choices import UpdateStatus
 from .codec import decode
+from .fields import IdentifierField
 
 
 class WorkflowUpdate(models.Model):
@@ -19,8 +20,8 @@ class WorkflowUpdate(models.Model):
 
     id = models.BigAutoField(primary_key=True)
     run = models.ForeignKey("django_weft.Workflow", on_delete=models.CASCADE, related_name="updates")
-    name = models.CharField(max_length=255)
-    update_id = models.CharField(max_length=128, help_text=_("Caller's id; unique per run (a repeat is one update)."))
+    name = IdentifierField(max_length=255)
+    update_id = IdentifierField(max_length=128, help_text=_("Caller's id; unique per run (a repeat is one update)."))
     payload = models.BinaryField(null=True, blank=True)
     sequence = models.BigIntegerField(help_text=_("Arrival order within the run (signals and updates)."))
     status = models.CharField(max_length=16, choices=UpdateStatus.choices, default=UpdateStatus.PENDING)

@@ -10,7 +10,7 @@ from typing import Any, Literal, NamedTuple
 
 from django.db import IntegrityError, transaction
 
-from . import client, clock, spent_keys, transitions, updates
+from . import client, clock, lock_retries, spent_keys, transitions, updates
 from .client import (
     START_SIGNAL_PREFIX,
     WorkflowHandle,
@@ -90,47 +90,52 @@ def start_or_signal(
     run = prepare_run(definition, input, workflow_id=workflow_id, idempotency_key=idempotency_key,
                       **start_options)
 
-    for _ in range(RACE_RETRIES):
-        with transaction.atomic():
-            if idempotency_key is not None:
-                target = Workflow.objects.select_for_update().filter(idempotency_key=idempotency_key).first()
-                if target is not None and target.status == RunStatus.CONTINUED:  # the chain it started
-                    tail = Workflow.objects.end_of_chain(target)
-                    target = Workflow.objects.select_for_update().filter(pk=tail.pk).first()
-            elif workflow_id is not None:
-                target = lock_open_run(workflow_id)
-                if target is None:
-                    target = Workflow.objects.latest_for(workflow_id).first()
-                    if target is not None and not target.is_finished:
-                        continue  # opened since the locked lookup: lock it in the next round
-            else:
-                target = None
-            if target is not None and not target.is_finished:
-                delivered = transitions.deliver_signal(target, signal, data, signal_id, clock.now())
-                return StartOrSignalResult(WorkflowHandle(target.workflow_id, target.run_id), "signalled",
-                                           delivered)
-            if target is None and idempotency_key is not None:
-                spent_keys.refuse_if_spent(idempotency_key)
-            if target is not None:
-                if idempotency_key is not None or on_terminal_conflict == "error":
-                    raise StartOrSignalConflict(
-                        f"workflow {target.workflow_id!r} already finished ({target.status}, run "
-                        f"{target.run_id}); pass on_terminal_conflict=\"start_new\" with a workflow_id and "
-                        "signal_id to start a new run"
-                    )
-                run.restarted_from = target
-            try:
-                # The run and its first signal commit together; a concurrent winner makes the insert
-                # fail (after waiting for its commit), and the next round signals the winner's run.
-                with transaction.atomic():
-                    transitions.insert_run(run, delayed_until=delayed_until(run))
-                    transitions.deliver_signal(run, signal, data, signal_id, clock.now())
-                return StartOrSignalResult(WorkflowHandle(run.workflow_id, run.run_id), "started")
-            except IntegrityError:
-                run.restarted_from = None
-    raise StartOrSignalConflict(
-        f"start_or_signal lost {RACE_RETRIES} races for {workflow_id or idempotency_key!r}; try again"
-    )
+    # Rounds of lookup then insert; on MySQL/MariaDB racing inserts of one key can also end in an InnoDB
+    # deadlock, after which (outside a caller's transaction) all the rounds start again.
+    def rounds() -> StartOrSignalResult:
+        for _ in range(RACE_RETRIES):
+            with transaction.atomic():
+                if idempotency_key is not None:
+                    target = Workflow.objects.select_for_update().filter(idempotency_key=idempotency_key).first()
+                    if target is not None and target.status == RunStatus.CONTINUED:  # the chain it started
+                        tail = Workflow.objects.end_of_chain(target)
+                        target = Workflow.objects.select_for_update().filter(pk=tail.pk).first()
+                elif workflow_id is not None:
+                    target = lock_open_run(workflow_id)
+                    if target is None:
+                        target = Workflow.objects.latest_for(workflow_id).first()
+                        if target is not None and not target.is_finished:
+                            continue  # opened since the locked lookup: lock it in the next round
+                else:
+                    target = None
+                if target is not None and not target.is_finished:
+                    delivered = transitions.deliver_signal(target, signal, data, signal_id, clock.now())
+                    return StartOrSignalResult(WorkflowHandle(target.workflow_id, target.run_id), "signalled",
+                                               delivered)
+                if target is None and idempotency_key is not None:
+                    spent_keys.refuse_if_spent(idempotency_key)
+                if target is not None:
+                    if idempotency_key is not None or on_terminal_conflict == "error":
+                        raise StartOrSignalConflict(
+                            f"workflow {target.workflow_id!r} already finished ({target.status}, run "
+                            f"{target.run_id}); pass on_terminal_conflict=\"start_new\" with a workflow_id and "
+                            "signal_id to start a new run"
+                        )
+                    run.restarted_from = target
+                try:
+                    # The run and its first signal commit together; a concurrent winner makes the insert
+                    # fail (after waiting for its commit), and the next round signals the winner's run.
+                    with transaction.atomic():
+                        transitions.insert_run(run, delayed_until=delayed_until(run))
+                        transitions.deliver_signal(run, signal, data, signal_id, clock.now())
+                    return StartOrSignalResult(WorkflowHandle(run.workflow_id, run.run_id), "started")
+                except IntegrityError:
+                    run.restarted_from = None
+        raise StartOrSignalConflict(
+            f"start_or_signal lost {RACE_RETRIES} races for {workflow_id or idempotency_key!r}; try again"
+        )
+
+    return lock_retries.retried("start_or_signal", rounds)
 
 
 class StartOrUpdateResult(NamedTuple):

@@ -12,7 +12,21 @@ def on_postgres() -> bool:
     return connection.vendor == "postgresql"
 
 
+def has_row_locks() -> bool:
+    """A database with real row locks and SKIP LOCKED, where processes and threads race for rows: PostgreSQL
+    or MySQL/MariaDB. SQLite serialises whole transactions instead."""
+    return connection.vendor in ("postgresql", "mysql")
+
+
 @pytest.fixture
 def postgres_only(db: object) -> None:
+    """What only PostgreSQL has: LISTEN/NOTIFY, pg_stat_activity, its plans, its text rules."""
     if not on_postgres():
         pytest.skip("needs PostgreSQL: run with DATABASE_URL=postgres://... (as .ci/run does)")
+
+
+@pytest.fixture
+def row_locks(db: object) -> None:
+    """The concurrency tests (marked ``concurrent``): processes and threads racing over row locks."""
+    if not has_row_locks():
+        pytest.skip("needs a database with row locks: DATABASE_URL=postgres://... or mysql://... (as .ci/run does)")

@@ -29,6 +29,16 @@ SHORT_LEASE = {"WEFT_LEASE_SECONDS": "3", "WEFT_HEARTBEAT_SECONDS": "1"}
 POLL = 0.05
 
 
+def bound_lock_waits(seconds: int) -> None:
+    """Inside a transaction: its lock waits give up after ``seconds`` (PostgreSQL: this transaction only;
+    MySQL/MariaDB: this session's InnoDB lock wait timeout)."""
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(f"SET LOCAL lock_timeout = '{int(seconds)}s'")
+        elif connection.vendor == "mysql":
+            cursor.execute(f"SET SESSION innodb_lock_wait_timeout = {int(seconds)}")
+
+
 # --- subprocess plumbing -------------------------------------------------------------------------------
 
 

@@ -1,4 +1,5 @@
-"""Test settings: the test project plus the test app; DATABASE_URL selects PostgreSQL."""
+"""Test settings: the test project plus the test app; DATABASE_URL selects PostgreSQL or MySQL/MariaDB (the
+test project's testproject/database.py parses it)."""
 
 from __future__ import annotations
 

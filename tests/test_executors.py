@@ -109,7 +109,8 @@ class StatementLog:
         return execute(sql, params, many, context)
 
     def install(self, sender, connection, **kwargs) -> None:
-        connection.execute_wrappers.append(self)
+        if self not in connection.execute_wrappers:  # MySQL's backend can announce one connection twice
+            connection.execute_wrappers.append(self)
 
     def on_executor_table(self) -> list[str]:
         table = Executor._meta.db_table
@@ -139,9 +140,12 @@ def test_an_idle_worker_costs_one_small_update_per_heartbeat():
     assert not Executor.objects.exists()  # deleted at the clean stop
     # One INSERT at the start, then the heartbeat thread's updates: holding no lease, it sends nothing else.
     assert log.on_executor_table().count("INSERT") == 1
-    beats = [sql.split()[0].upper() for name, sql in log.statements if name == "weft-heartbeat"]
+    # Django's MySQL backend reads the server's version and settings, and sets the session, once per connection.
+    sent = [sql for name, sql in log.statements
+            if name == "weft-heartbeat" and not sql.strip().startswith(("SELECT VERSION()", "SET "))]
+    beats = [sql.split()[0].upper() for sql in sent]
     assert set(beats) == {"UPDATE"} and 5 <= len(beats) <= elapsed / 0.1 + 1, beats
-    assert all(Executor._meta.db_table in sql for name, sql in log.statements if name == "weft-heartbeat")
+    assert all(Executor._meta.db_table in sql for sql in sent)
 
 
 # --- the hint and the check -------------------------------------------------------------------------------

@@ -363,10 +363,10 @@ def test_fork_of_an_open_run_leaves_it_running_and_commits_with_the_callers_tran
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.postgres
+@pytest.mark.concurrent
 @pytest.mark.parametrize("release", ["after", "together"])
 def test_terminate_racing_an_executor_process_ends_the_run_once_and_nothing_after_is_recorded(
-        postgres_only, maintenance, tmp_path, release):
+        row_locks, maintenance, tmp_path, release):
     """A weft_maintenance process is inside the run's activity while four threads terminate it; the activity
     is let go after the terminates ("after") or at the same moment ("together"). One terminate wins, and no
     journal row is written after it: the executor's late commit is refused."""

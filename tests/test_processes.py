@@ -40,7 +40,7 @@ def crash_spec(key: str, release: Path, max_wait: float = 60) -> dict:
 # --- 1. crash recovery -----------------------------------------------------------------------------------
 
 
-def test_killed_process_run_is_recovered_by_another_process(postgres_only, maintenance, tmp_path):
+def test_killed_process_run_is_recovered_by_another_process(row_locks, maintenance, tmp_path):
     """SIGKILL mid-activity: a second process takes the run over once the lease expires and finishes it;
     recorded steps are not executed again, only the step in flight is (at-least-once)."""
     release = tmp_path / "release"
@@ -114,7 +114,7 @@ def test_durable_sleep_survives_a_process_restart(db, tmp_path):
 # --- 3. several processes at once -----------------------------------------------------------------------
 
 
-def test_three_processes_share_300_runs_without_duplicates(postgres_only, maintenance):
+def test_three_processes_share_300_runs_without_duplicates(row_locks, maintenance):
     """Three weft_maintenance processes (two executor threads each) on 300 runs: every run completes once,
     every activity runs once, every run has exactly its three steps, and the work is shared."""
     total, count = 300, 3
@@ -158,7 +158,7 @@ def test_three_processes_share_300_runs_without_duplicates(postgres_only, mainte
 # --- 4. concurrent idempotent starts --------------------------------------------------------------------
 
 
-def test_concurrent_starts_with_one_idempotency_key_make_one_run(postgres_only):
+def test_concurrent_starts_with_one_idempotency_key_make_one_run(row_locks):
     """16 threads start with the same idempotency key at the same moment: one run, one run_id for all."""
     threads_count = 16
     barrier = threading.Barrier(threads_count)
@@ -201,7 +201,7 @@ def test_concurrent_starts_with_one_idempotency_key_make_one_run(postgres_only):
 # --- 5. graceful shutdown -------------------------------------------------------------------------------
 
 
-def test_sigterm_finishes_the_current_step_then_hands_the_run_back(postgres_only, maintenance, tmp_path):
+def test_sigterm_finishes_the_current_step_then_hands_the_run_back(row_locks, maintenance, tmp_path):
     """SIGTERM during an activity: the process records that step, gives the run back without starting the
     next step, and exits with 0; another process finishes the run without repeating anything."""
     release = tmp_path / "release"
@@ -239,7 +239,7 @@ def test_sigterm_finishes_the_current_step_then_hands_the_run_back(postgres_only
 
 
 @pytest.mark.parametrize("second_signal", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-def test_a_second_signal_exits_at_once(postgres_only, maintenance, tmp_path, second_signal):
+def test_a_second_signal_exits_at_once(row_locks, maintenance, tmp_path, second_signal):
     """After SIGTERM, a second signal ends the process at once, with a non-zero code, without waiting for
     the activity (which would block for a minute) and without recording it."""
     handle = weft.start("test.crash", crash_spec("twice", tmp_path / "never-created", max_wait=60))
@@ -260,7 +260,7 @@ def test_a_second_signal_exits_at_once(postgres_only, maintenance, tmp_path, sec
 # --- 6. cancel while an activity runs -------------------------------------------------------------------
 
 
-def test_cancel_from_another_thread_refuses_the_late_step_commit(postgres_only, tmp_path):
+def test_cancel_from_another_thread_refuses_the_late_step_commit(row_locks, tmp_path):
     """An operator cancels a run while an executor thread is inside an activity: when the activity
     returns, its commit is refused, the run stays cancelled and nothing more is recorded."""
     release = tmp_path / "release"

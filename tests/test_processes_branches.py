@@ -25,7 +25,7 @@ from django_weft.models import RunStatus, StepStatus, Workflow, WorkflowStep
 from tests.procs import SHORT_LEASE, assert_ran_in, journal, outputs, pids_of, wait_until
 from tests.testapp.models import Execution
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.concurrent]
 
 BRANCHES = 20
 BLOCKED = frozenset({1, 4, 6, 9, 11, 14, 16, 17, 18, 19})  # the other ten return at once
@@ -49,7 +49,7 @@ def step_rows(run_id: object) -> list[dict]:
 
 
 def test_a_fan_out_whose_executor_is_killed_mid_gather_keeps_every_settled_branch(
-        postgres_only, maintenance, tmp_path):
+        row_locks, maintenance, tmp_path):
     limit = int(weft_settings.MAX_PARALLEL_ACTIVITIES)
     settled, in_flight, queued = expected_at_the_kill(limit)
     assert settled and in_flight, f"WEFT_MAX_PARALLEL_ACTIVITIES={limit} leaves nothing to kill mid-gather"
@@ -114,7 +114,7 @@ def test_a_fan_out_whose_executor_is_killed_mid_gather_keeps_every_settled_branc
     assert Execution.objects.count() == len(settled) + 2 * len(in_flight) + len(queued) + len(redone)
 
 
-def test_heartbeat_details_reach_the_next_attempt_after_the_process_died(postgres_only, maintenance):
+def test_heartbeat_details_reach_the_next_attempt_after_the_process_died(row_locks, maintenance):
     handle = weft.start("branchproc.resume_after_kill", "hb-kill")
     first = maintenance("first", "--interval", "0.2", **SHORT_LEASE)
     assert first.wait(30) == -signal.SIGKILL, first.output()  # the activity killed its own process

@@ -36,7 +36,7 @@ def journal_lengths(run_ids) -> dict:
     return {run_id: counts.get(run_id, 0) for run_id in run_ids}
 
 
-def test_a_bulk_cancel_racing_single_cancels_and_an_executor_changes_each_run_once(postgres_only, maintenance,
+def test_a_bulk_cancel_racing_single_cancels_and_an_executor_changes_each_run_once(row_locks, maintenance,
                                                                                    monkeypatch):
     monkeypatch.setattr(bulk, "BATCH_SIZE", 5)  # many batches, so the racers meet it midway
     proc = maintenance("executor", "--workers", "4", "--interval", "0.2")

@@ -12,10 +12,10 @@ from django_weft.models import RunStatus
 from tests.procs import SHORT_LEASE, pids_of, wait_until
 from tests.testapp.workflows import executions
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.concurrent]
 
 
-def test_a_step_that_kills_every_executor_fails_the_run_after_the_recovery_limit(postgres_only, maintenance):
+def test_a_step_that_kills_every_executor_fails_the_run_after_the_recovery_limit(row_locks, maintenance):
     handle = weft.start("evolve.poison", "poison-proc")
     env = {**SHORT_LEASE, "WEFT_MAX_RECOVERY_ATTEMPTS": "3"}
     killed = []
@@ -33,7 +33,7 @@ def test_a_step_that_kills_every_executor_fails_the_run_after_the_recovery_limit
     assert sorted(pids_of("poison-proc")) == sorted(p.pid for p in killed)
 
 
-def test_signals_sent_while_a_run_keeps_continuing_as_new_are_all_consumed_once(postgres_only, maintenance):
+def test_signals_sent_while_a_run_keeps_continuing_as_new_are_all_consumed_once(row_locks, maintenance):
     """Two threads signal the workflow id as fast as they can while a weft_maintenance process executes the
     chain, which continues as new every 5 signals: every signal reaches a run of the chain, once."""
     import threading

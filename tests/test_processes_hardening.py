@@ -17,7 +17,7 @@ from tests.testapp.workflows import executions
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def test_a_completion_sent_after_the_executor_died_is_applied_by_the_next(postgres_only, maintenance):
+def test_a_completion_sent_after_the_executor_died_is_applied_by_the_next(row_locks, maintenance):
     handle = weft.start("hardening.async_crash", ["killed", "kill"])
     first = maintenance("first", "--interval", "0.2", **SHORT_LEASE)
     assert first.wait(30) == -signal.SIGKILL, first.output()  # the activity body killed its own process
@@ -37,6 +37,7 @@ def test_a_completion_sent_after_the_executor_died_is_applied_by_the_next(postgr
         weft.complete_async_activity(token, "twice")
 
 
+@pytest.mark.postgres  # NUL in text is what PostgreSQL refuses
 def test_error_text_postgresql_cannot_store_fails_the_run_once(postgres_only, maintenance):
     activity = weft.start("hardening.poison_activity", "pg")
     workflow = weft.start("hardening.poison_workflow", "pgwf")

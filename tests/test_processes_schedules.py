@@ -32,7 +32,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from croniter import croniter
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import Count
 
 import django_weft as weft
@@ -45,7 +45,7 @@ from django_weft.models import (
     Workflow,
     WorkflowStep,
 )
-from tests.procs import SHORT_LEASE, Maintenance, outputs, wait_until
+from tests.procs import SHORT_LEASE, Maintenance, bound_lock_waits, outputs, wait_until
 from tests.testapp.models import Execution
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -87,8 +87,7 @@ def pause_all() -> dict[int, datetime]:
     """Pause every schedule in one transaction holding all their row locks (taken after any tick in
     progress commits), and return each one's next undecided occurrence as it was at that moment."""
     with transaction.atomic():
-        with connection.cursor() as cursor:
-            cursor.execute("SET LOCAL lock_timeout = '90s'")  # a bounded wait for the ticks in progress
+        bound_lock_waits(90)  # a bounded wait for the ticks in progress
         locked = list(Schedule.objects.select_for_update().order_by("pk"))
         bounds = {schedule.pk: schedule.next_fire_at for schedule in locked}
         for schedule in locked:
@@ -243,7 +242,7 @@ def executions_per_pid() -> dict[int, int]:
 # --- tests ---------------------------------------------------------------------------------------------------
 
 
-def test_three_processes_tick_200_schedules_without_duplicates_or_gaps(postgres_only, maintenance):
+def test_three_processes_tick_200_schedules_without_duplicates_or_gaps(row_locks, maintenance):
     procs = start_processes(maintenance, ["proc0", "proc1", "proc2"])
     create_schedules()
     keep_running(14, procs)
@@ -252,7 +251,7 @@ def test_three_processes_tick_200_schedules_without_duplicates_or_gaps(postgres_
     report("3 processes", check_schedules(bounds, procs))
 
 
-def test_a_process_killed_mid_way_and_restarted_loses_and_doubles_no_occurrence(postgres_only, maintenance):
+def test_a_process_killed_mid_way_and_restarted_loses_and_doubles_no_occurrence(row_locks, maintenance):
     # A short lease, so that runs the killed process held are taken over within seconds.
     procs = start_processes(maintenance, ["proc0", "proc1", "proc2"], **SHORT_LEASE)
     create_schedules()

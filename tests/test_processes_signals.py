@@ -215,7 +215,7 @@ def drive(racers: str, directory: Path) -> None:
 
 @pytest.mark.parametrize("racers", ["threads", "processes"])
 def test_concurrent_start_or_signal_with_one_signal_id_make_one_run_and_one_signal(
-        postgres_only, tmp_path, racers):
+        row_locks, tmp_path, racers):
     """16 callers signal-with-start the same workflow id with the same signal id at the same moment: one
     run, one stored signal, one "started" (the others "signalled"), one run_id for all."""
     results = race(racers, tmp_path, 1, lambda index: "same")
@@ -238,7 +238,7 @@ def test_concurrent_start_or_signal_with_one_signal_id_make_one_run_and_one_sign
 
 @pytest.mark.parametrize("racers", ["threads", "processes"])
 def test_concurrent_start_or_signal_with_distinct_ids_deliver_each_signal_once_in_order(
-        postgres_only, tmp_path, racers):
+        row_locks, tmp_path, racers):
     """16 callers with 16 signal ids: one run and 16 signals; the run, waiting for 16 items, receives each
     payload exactly once, in the signals' arrival order, the starter's first."""
     results = race(racers, tmp_path, RACERS, lambda index: f"item-{index}")
@@ -281,7 +281,7 @@ def row_locked_elsewhere(run_id: object) -> bool:
     return seen[0]
 
 
-def test_start_or_signal_locks_a_run_that_appears_after_its_locked_lookup(postgres_only, monkeypatch):
+def test_start_or_signal_locks_a_run_that_appears_after_its_locked_lookup(row_locks, monkeypatch):
     """The interleaving behind the race above, made deterministic: another caller's start commits just
     after this caller's locked lookup found no open run. This caller then signals that run, and must do
     so holding its row lock (the signal's arrival sequence is the run's inbox_seq + 1, read and written
@@ -382,6 +382,7 @@ def approval_state(run_id: object) -> dict:
     }
 
 
+@pytest.mark.postgres  # LockHolder and the blocked backend: pg_stat_activity, pg_terminate_backend
 @pytest.mark.parametrize("kill_point", ["before_consume", "after_consume"])
 def test_sigkill_after_the_signal_commits_and_before_the_run_resumes_loses_nothing(
         postgres_only, maintenance, tmp_path, kill_point):

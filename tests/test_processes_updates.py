@@ -12,7 +12,7 @@ from django_weft.models import RunStatus, StepKind, UpdateStatus, WorkflowStep, 
 from tests.procs import SHORT_LEASE, in_threads, pids_of, wait_until
 from tests.testapp.update_process_workflows import KILL_IN_ACTIVITY, KILL_IN_HANDLER
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.concurrent]
 
 DEADLINE = 60
 
@@ -27,7 +27,7 @@ def update_rows(handle) -> list[tuple[int, str]]:
 
 
 def test_eight_threads_with_distinct_update_ids_each_get_their_reply_applied_once_in_arrival_order(
-        postgres_only, maintenance):
+        row_locks, maintenance):
     handle = weft.start("updates.ledger", 8)
     proc = maintenance("loop", "--interval", "0.2")
     wait_until(lambda: parked(handle), "the run to park", DEADLINE, [proc])
@@ -45,7 +45,7 @@ def test_eight_threads_with_distinct_update_ids_each_get_their_reply_applied_onc
     assert len(update_rows(handle)) == 8
 
 
-def test_eight_threads_with_one_update_id_make_one_update_and_share_its_reply(postgres_only, maintenance):
+def test_eight_threads_with_one_update_id_make_one_update_and_share_its_reply(row_locks, maintenance):
     handle = weft.start("updates.ledger", 2)
     proc = maintenance("loop", "--interval", "0.2")
     wait_until(lambda: parked(handle), "the run to park", DEADLINE, [proc])
@@ -60,7 +60,7 @@ def test_eight_threads_with_one_update_id_make_one_update_and_share_its_reply(po
 
 @pytest.mark.parametrize("kill", [KILL_IN_HANDLER, KILL_IN_ACTIVITY])
 def test_an_executor_sigkilled_while_applying_an_update_loses_nothing_and_applies_it_once(
-        postgres_only, maintenance, kill):
+        row_locks, maintenance, kill):
     """The first process dies inside the handler (nothing of the application is committed), or in the
     activity right after it (the application and its reply are): the second finishes the run, and the
     update is applied once either way."""
@@ -90,7 +90,7 @@ def test_an_executor_sigkilled_while_applying_an_update_loses_nothing_and_applie
     assert pids_of(key) == expected
 
 
-def test_a_running_run_applies_an_update_at_its_next_operation_without_parking(postgres_only, maintenance):
+def test_a_running_run_applies_an_update_at_its_next_operation_without_parking(row_locks, maintenance):
     handle = weft.start("updates.busy", 40)
     proc = maintenance("loop", "--interval", "0.2")
     wait_until(lambda: WorkflowStep.objects.filter(run_id=handle.run_id).count() >= 3, "the run to be busy",

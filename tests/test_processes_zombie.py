@@ -32,7 +32,7 @@ from tests.procs import SHORT_LEASE, Proc, assert_ran_in, journal, outputs, pids
 from tests.testapp.models import Execution
 from tests.testapp.workflows import executions
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.concurrent]
 
 LEASE_SECONDS = float(SHORT_LEASE["WEFT_LEASE_SECONDS"])
 
@@ -151,7 +151,7 @@ def resume_zombie(a: Proc, handle: weft.WorkflowHandle, woke: Callable[[], bool]
 # --- 1. frozen inside an activity ------------------------------------------------------------------------
 
 
-def test_process_frozen_inside_an_activity_commits_nothing_when_it_wakes(postgres_only, maintenance, tmp_path):
+def test_process_frozen_inside_an_activity_commits_nothing_when_it_wakes(row_locks, maintenance, tmp_path):
     """A is SIGSTOPped while activity 2 blocks; its lease expires; B takes the run over and completes it;
     A, resumed, finishes activity 2 (its body was in flight: at-least-once), but records nothing and runs
     neither activity 3 nor 4."""
@@ -194,7 +194,7 @@ def test_process_frozen_inside_an_activity_commits_nothing_when_it_wakes(postgre
 # --- 2. frozen between an activity's return and its commit ----------------------------------------------
 
 
-def test_process_frozen_before_committing_a_step_commits_nothing_when_it_wakes(postgres_only, maintenance):
+def test_process_frozen_before_committing_a_step_commits_nothing_when_it_wakes(row_locks, maintenance):
     """A stops itself right after activity 1 returned, before the step is committed; its lease expires;
     B takes the run over, runs step 1 again (it was never recorded) and completes the run. A, resumed,
     tries to commit its step 1 with its next step: refused; it runs neither activity 2 nor 3."""

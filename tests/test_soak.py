@@ -54,7 +54,7 @@ from django_weft.models import (
     Workflow,
     WorkflowStep,
 )
-from tests.procs import SHORT_LEASE, Maintenance, wait_until
+from tests.procs import SHORT_LEASE, Maintenance, bound_lock_waits, wait_until
 from tests.testapp.models import Execution
 
 pytestmark = [pytest.mark.soak, pytest.mark.django_db(transaction=True)]
@@ -326,8 +326,7 @@ def pause_schedules() -> None:
     """Pause every schedule in one transaction holding all their row locks (taken after any tick in
     progress commits), so no tick is half-way and none starts a run afterwards."""
     with transaction.atomic():
-        with connection.cursor() as cursor:
-            cursor.execute("SET LOCAL lock_timeout = '90s'")  # a bounded wait for the ticks in progress
+        bound_lock_waits(90)  # a bounded wait for the ticks in progress
         for schedule in Schedule.objects.select_for_update().order_by("pk"):
             assert schedule.status == ScheduleStatus.ACTIVE, (schedule.schedule_id, schedule.status, schedule.note)
             schedule.pause("soak test over")
@@ -353,7 +352,7 @@ def describe_runs() -> str:
 # --- the test ----------------------------------------------------------------------------------------------
 
 
-def test_soak_four_processes_2000_runs_with_a_sigkill_every_20s(postgres_only, maintenance):
+def test_soak_four_processes_2000_runs_with_a_sigkill_every_20s(row_locks, maintenance):
     seed = int(os.environ.get("WEFT_SOAK_SEED") or random.SystemRandom().randrange(1, 2**31))
     print(f"\n[soak] seed={seed} (WEFT_SOAK_SEED={seed} replays this plan), runs={RUNS}")
     plan = make_plan(random.Random(seed), RUNS)

@@ -125,8 +125,8 @@ def test_a_key_moves_down_its_chain_when_a_continued_run_is_purged(weft_env):
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.postgres
-def test_concurrent_starts_with_fresh_and_spent_keys(postgres_only):
+@pytest.mark.concurrent
+def test_concurrent_starts_with_fresh_and_spent_keys(row_locks):
     """Starts with a fresh key converge on one run while starts with a spent key all raise; starts racing the
     purge of their key's run either get that run or IdempotencyKeyPurged, never a second run."""
     done = weft.start("test.steps", {"key": "spent", "count": 1}, idempotency_key="spent")
@@ -154,8 +154,8 @@ def test_concurrent_starts_with_fresh_and_spent_keys(postgres_only):
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.postgres
-def test_a_key_moving_to_a_run_purged_concurrently_is_spent_not_lost(postgres_only):
+@pytest.mark.concurrent
+def test_a_key_moving_to_a_run_purged_concurrently_is_spent_not_lost(row_locks):
     """The purge of a continued run hands its key to the chain's next run while another purge deletes that run:
     the key must end up spent, not held by no row and recorded nowhere (a start with it would begin anew)."""
     import threading

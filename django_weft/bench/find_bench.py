@@ -10,10 +10,10 @@ an operator's are.
 Each query of :func:`queries` is sent once untimed (``first_ms``: a cold cache shows there), then
 ``repeat`` times: p50, p95 and max wall time of the call as an operator makes it (a page is
 ``list(weft.list_runs(...)[:50])``, a count ``weft.count_runs(...)``, rows built included). The statement
-it sent is captured and explained with ``EXPLAIN (ANALYZE, BUFFERS)`` on PostgreSQL (``EXPLAIN QUERY PLAN``
-on SQLite): its plan is in the figures, summed up as the scans it makes, the rows they return and the
-execution time. The values filtered on come from the data: a customer of a few runs and one of the ten
-large ones, a rare and a common region, amounts and due dates relative to the newest seeded run.
+it sent is captured and explained with ``EXPLAIN (ANALYZE, BUFFERS)`` on PostgreSQL (``EXPLAIN`` on MySQL,
+``EXPLAIN QUERY PLAN`` on SQLite): its plan is in the figures, summed up (PostgreSQL) as the scans it makes,
+the rows they return and the execution time. The values filtered on come from the data: a customer of a few
+runs and one of the ten large ones, a rare and a common region, amounts and due dates relative to the newest seeded run.
 
 The database's raw single-connection commit rate is measured first (:func:`.core.measure_commit_rate`), so
 the figures compare across machines. :data:`TARGET_MS` is the goal of design §8.5 for a page and a count.
@@ -183,7 +183,8 @@ def call(kind: str, filters: dict[str, Any]) -> int:
 
 def explain(using: str, sql: str, params: Any) -> list[str]:
     connection = connections[using]
-    head = "EXPLAIN (ANALYZE, BUFFERS) " if connection.vendor == "postgresql" else "EXPLAIN QUERY PLAN "
+    head = {"postgresql": "EXPLAIN (ANALYZE, BUFFERS) ", "mysql": "EXPLAIN "}.get(connection.vendor,
+                                                                                "EXPLAIN QUERY PLAN ")
     with connection.cursor() as cursor:
         cursor.execute(head + sql, params)
         return [" | ".join(str(cell) for cell in row) for row in cursor.fetchall()]

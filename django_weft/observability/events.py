@@ -227,6 +227,15 @@ def signal_consumed(signal: Any) -> None:
         _tracing.link_current(signal.trace_context)
 
 
+# --- lock conflicts ------------------------------------------------------------------------------------
+
+
+def lock_retry(transition: str, reason: str) -> None:
+    """The database aborted ``transition`` over locks (a deadlock, a lock wait timeout) and it is run again."""
+    if _metrics is not None:
+        _metrics.lock_retry(transition, reason)
+
+
 # --- schedules -----------------------------------------------------------------------------------------
 
 

@@ -54,6 +54,9 @@ EXECUTION_SECONDS = Histogram("weft_run_execution_duration_seconds",
                               ["workflow_type", "outcome"], buckets=ATTEMPT_BUCKETS, registry=REGISTRY)
 TAKEOVERS = Counter("weft_lease_takeovers", "Runs taken over after their executor's lease expired.",
                     ["workflow_type"], registry=REGISTRY)
+DEADLOCK_RETRIES = Counter("weft_deadlock_retries",
+                           "Transitions run again after the database aborted them over locks, by transition and "
+                           "reason (deadlock, lock_wait_timeout).", ["transition", "reason"], registry=REGISTRY)
 BUSY = Gauge("weft_executor_threads_busy", "Executions of runs in progress in this process.",
              multiprocess_mode="livesum", registry=REGISTRY)
 
@@ -75,6 +78,10 @@ def execution_ended(workflow_type: str, outcome: str, seconds: float) -> None:
 
 def takeover(workflow_type: str) -> None:
     TAKEOVERS.labels(workflow_type).inc()
+
+
+def lock_retry(transition: str, reason: str) -> None:
+    DEADLOCK_RETRIES.labels(transition, reason).inc()
 
 
 def attempt_ended(activity: str, outcome: str, seconds: float) -> None:

@@ -16,6 +16,7 @@ import logging
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from datetime import datetime
 
 from django.db import close_old_connections, connections, router
@@ -129,21 +130,33 @@ class Worker:
                     close_old_connections()
                     continue
                 self._leases.hold(claims)
-                claimed_at = time.monotonic()
-                for held in claims:
-                    # Runs still waiting in a batch that a slow run has held up go back to the pool,
-                    # where idle executors can take them.
-                    held_up = time.monotonic() - claimed_at > executor.BATCH_HOLD_SECONDS
-                    self._drive(held, hand_back=self.stopping or held_up)
+                self._drive_batch(claims)
         finally:
             connections.close_all()
 
-    def _drive(self, held: transitions.Claim, *, hand_back: bool) -> None:
+    def _drive_batch(self, claims: list[transitions.Claim]) -> None:
+        claimed_at = time.monotonic()
+
+        def held_up() -> bool:
+            return time.monotonic() - claimed_at > executor.BATCH_HOLD_SECONDS
+
+        for index, held in enumerate(claims):
+            # Runs still waiting in a batch that a slow run has held up go back to the pool, where idle
+            # executors can take them. A run that goes on for longer than that while others of its batch
+            # wait gives itself back after its current step: without LISTEN/NOTIFY one poll can find many
+            # runs at once, and an endless run must not starve the rest of its batch.
+            others_wait = index < len(claims) - 1
+
+            def should_stop(others_wait: bool = others_wait) -> bool:
+                return self.stopping or (others_wait and held_up())
+            self._drive(held, hand_back=self.stopping or held_up(), should_stop=should_stop)
+
+    def _drive(self, held: transitions.Claim, *, hand_back: bool, should_stop: Callable[[], bool]) -> None:
         try:
             if hand_back:
                 outcome = executor.hand_back(held)
             else:
-                outcome = executor.execute(held, lambda: self.stopping)
+                outcome = executor.execute(held, should_stop)
             self.outcomes[outcome] += 1
         except Exception:
             # A database error mid-run: the lease runs out and another executor takes the run over.

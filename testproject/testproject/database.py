@@ -1,4 +1,5 @@
-"""DATABASES from the DATABASE_URL environment variable; SQLite (IMMEDIATE transactions, WAL) without it."""
+"""DATABASES from the DATABASE_URL environment variable (postgres://, mysql://, sqlite:///); SQLite (IMMEDIATE
+transactions, WAL) without it."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from urllib.parse import parse_qs, unquote, urlparse
 
 
 def database_from_env(url: str | None, sqlite_path: Path) -> dict:
-    """No URL: SQLite at ``sqlite_path``; ``sqlite:////abs/path.sqlite3``: SQLite there; ``postgres://``."""
+    """No URL: SQLite at ``sqlite_path``; ``sqlite:////abs/path.sqlite3``: SQLite there; ``postgres://``;
+    ``mysql://`` (MySQL 8.0+ or MariaDB 10.6+, through mysqlclient: the ``django-weft[mysql]`` extra)."""
     if url and url.startswith("sqlite:///"):
         return database_from_env(None, Path(url.removeprefix("sqlite:///")))
     if not url:
@@ -23,12 +25,25 @@ def database_from_env(url: str | None, sqlite_path: Path) -> dict:
             },
         }
     parts = urlparse(url)
-    if parts.scheme not in ("postgres", "postgresql"):
-        raise ValueError(f"DATABASE_URL must be postgres://... or sqlite:///..., got scheme {parts.scheme!r}")
-    options = {k: v[-1] for k, v in parse_qs(parts.query).items()}
-    return {
-        "ENGINE": "django.db.backends.postgresql",
-        "NAME": unquote(parts.path.lstrip("/")) or "postgres",
+    options: dict = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+    if parts.scheme in ("postgres", "postgresql"):
+        engine, default_name = "django.db.backends.postgresql", "postgres"
+    elif parts.scheme in ("mysql", "mariadb"):
+        engine, default_name = "django.db.backends.mysql", ""
+        options = {
+            "charset": "utf8mb4",
+            # django_weft's fenced reads need each statement to see the latest committed rows, and no gap locks
+            # (check weft.E005); Django's default too, written out so that a server default cannot change it.
+            "isolation_level": "read committed",
+            "init_command": "SET sql_mode='STRICT_TRANS_TABLES'",
+            **options,
+        }
+    else:
+        raise ValueError(
+            f"DATABASE_URL must be postgres://..., mysql://... or sqlite:///..., got scheme {parts.scheme!r}")
+    settings = {
+        "ENGINE": engine,
+        "NAME": unquote(parts.path.lstrip("/")) or default_name,
         "USER": unquote(parts.username or ""),
         "PASSWORD": unquote(parts.password or ""),
         "HOST": parts.hostname or "",
@@ -38,6 +53,10 @@ def database_from_env(url: str | None, sqlite_path: Path) -> dict:
         "CONN_MAX_AGE": _conn_max_age(os.environ.get("DJANGO_CONN_MAX_AGE", "60")),
         "CONN_HEALTH_CHECKS": True,
     }
+    if engine.endswith("mysql"):
+        # The test database Django creates: utf8mb4 whatever the server's default character set is.
+        settings["TEST"] = {"CHARSET": "utf8mb4", "COLLATION": "utf8mb4_unicode_ci"}
+    return settings
 
 
 def _conn_max_age(value: str) -> int | None:
