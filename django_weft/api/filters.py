@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, field_validator
 
 from .. import filter_text
 from ..finding import GROUPS
@@ -38,6 +38,14 @@ class RunFilters(Body):
     parent: str | None = Field(None, max_length=64, description="The run id of the parent run.")
     failure_category: list[str] | None = Field(None, max_length=MANY, description="Repeat or comma-separate.")
     version: int | None = Field(None, ge=1, le=2**31 - 1)
+
+    @field_validator("version", mode="before")
+    @classmethod
+    def _not_a_bool(cls, value: Any) -> Any:
+        # pydantic reads true as 1: a bulk body's "version": true would act on version 1 (schemathesis found it).
+        if isinstance(value, bool):
+            raise ValueError("version must be a whole number, not true or false")
+        return value
 
 
 class CountQuery(RunFilters):
