@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.db import connection
 
 from tests.procs import maintenance, processes  # noqa: F401  (fixtures for the subprocess tests)
@@ -16,6 +17,13 @@ def has_row_locks() -> bool:
     """A database with real row locks and SKIP LOCKED, where processes and threads race for rows: PostgreSQL
     or MySQL/MariaDB. SQLite serialises whole transactions instead."""
     return connection.vendor in ("postgresql", "mysql")
+
+
+@pytest.fixture
+def staff_client(client):
+    """The test client, logged in as a superuser ("admin")."""
+    client.force_login(get_user_model().objects.create_superuser("admin", "admin@example.com", "pw"))
+    return client
 
 
 @pytest.fixture

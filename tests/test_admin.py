@@ -11,13 +11,6 @@ import django_weft as weft
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def staff_client(client):
-    user = get_user_model().objects.create_superuser("admin", "admin@example.com", "pw")
-    client.force_login(user)
-    return client
-
-
 def test_changelist_and_detail_show_runs(staff_client, weft_env):
     handle = weft.start("test.steps", {"key": "adm", "count": 2}, workflow_id="order-adm")
     weft_env.drive()

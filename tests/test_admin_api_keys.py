@@ -26,12 +26,6 @@ def change_url(key: ApiKey, *operation: str) -> str:
     return reverse("admin:django_weft_apikey_change", args=[key.pk])
 
 
-@pytest.fixture
-def staff_client(client):
-    client.force_login(get_user_model().objects.create_superuser("admin", "admin@example.com", "pw"))
-    return client
-
-
 def make_key(client, name="ci", permissions=("django_weft.view_schedule",)):
     page = client.post(ADD, {"name": name, "permissions": list(permissions)})
     assert page.status_code == 200, page.content

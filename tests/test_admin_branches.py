@@ -24,13 +24,6 @@ pytestmark = pytest.mark.django_db
 SCRIPT_NAME = "<script>alert('weft')</script>"
 
 
-@pytest.fixture
-def staff_client(client):
-    user = get_user_model().objects.create_superuser("admin", "admin@example.com", "pw")
-    client.force_login(user)
-    return client
-
-
 def run_url(run_id):
     return reverse("admin:django_weft_workflow_change", args=[run_id])
 

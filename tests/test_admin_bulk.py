@@ -21,13 +21,6 @@ pytestmark = pytest.mark.django_db
 CHANGELIST = "admin:django_weft_workflow_changelist"
 
 
-@pytest.fixture
-def staff_client(client):
-    user = get_user_model().objects.create_superuser("admin", "admin@example.com", "pw")
-    client.force_login(user)
-    return client
-
-
 def bulk_url(name: str, query: str) -> str:
     return reverse("admin:django_weft_workflow_bulk", args=[name]) + "?" + query
 

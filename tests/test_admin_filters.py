@@ -7,7 +7,6 @@ from datetime import UTC, datetime
 from decimal import Decimal
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.test import override_settings
 from django.urls import reverse
 
@@ -17,12 +16,6 @@ from django_weft.models import Workflow
 pytestmark = pytest.mark.django_db
 
 RUNS = "admin:django_weft_workflow_changelist"
-
-
-@pytest.fixture
-def staff_client(client):
-    client.force_login(get_user_model().objects.create_superuser("admin", "admin@example.com", "pw"))
-    return client
 
 
 @pytest.fixture

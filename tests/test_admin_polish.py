@@ -33,13 +33,6 @@ SYNCED = {"nightly": {"workflow": "test.collect", "input": 3, "cron": "0 2 * * *
                       "overlap": "buffer_one"}}
 
 
-@pytest.fixture
-def staff_client(client):
-    user = get_user_model().objects.create_superuser("admin", "admin@example.com", "pw")
-    client.force_login(user)
-    return client
-
-
 def run_url(run_id):
     return reverse("admin:django_weft_workflow_change", args=[run_id])
 

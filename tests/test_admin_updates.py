@@ -25,13 +25,6 @@ SCRIPT = "<script>x</script>"
 ESCAPED = "&lt;script&gt;x&lt;/script&gt;"
 
 
-@pytest.fixture
-def staff_client(client):
-    user = get_user_model().objects.create_superuser("admin", "admin@example.com", "pw")
-    client.force_login(user)
-    return client
-
-
 def user_with(client, *codenames, username="operator"):
     user = get_user_model().objects.create_user(username, password="pw", is_staff=True)
     user.user_permissions.add(*Permission.objects.filter(content_type__app_label="django_weft",

@@ -7,7 +7,6 @@ import time
 from datetime import timedelta
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.test import override_settings
 from django.urls import reverse
@@ -21,12 +20,6 @@ from tests.testapp.workflows import executions
 pytestmark = pytest.mark.django_db
 
 RETENTION = {"completed": timedelta(days=1), "continued": timedelta(days=1)}
-
-
-@pytest.fixture
-def staff_client(client):
-    client.force_login(get_user_model().objects.create_superuser("admin", "admin@example.com", "pw"))
-    return client
 
 
 def completed(key: str, **options) -> weft.WorkflowHandle:
