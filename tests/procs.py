@@ -14,12 +14,14 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from django.db import connection
+from django.utils import timezone
 
-from django_weft.models import WorkflowStep
+from django_weft.models import Executor, ExecutorKind, WorkflowStep
 from tests.testapp.models import Execution
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -213,3 +215,11 @@ def in_threads(count: int, action: Callable[[int], object], timeout: float = 60)
         thread.join(max(0.0, deadline - time.monotonic()))
     assert not any(thread.is_alive() for thread in threads), f"threads did not finish within {timeout:g}s"
     return results
+
+
+def executor_row(*, alive: bool) -> Executor:
+    """The Executor row of a loop on another host (no process here): live, or with its lease run out."""
+    now = timezone.now()
+    return Executor.objects.create(kind=ExecutorKind.LOOP, host="worker-7", pid=4242, threads=2,
+                                   started_at=now - timedelta(minutes=5), last_seen=now - timedelta(seconds=3),
+                                   expires_at=now + timedelta(seconds=27 if alive else -60))

@@ -7,7 +7,6 @@ import re
 import signal
 import socket
 import sys
-from datetime import timedelta
 from io import StringIO
 
 import pytest
@@ -15,10 +14,9 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection
-from django.utils import timezone
 
-from django_weft.models import Executor, ExecutorKind, RunStatus, Schedule, Workflow
-from tests.procs import MANAGE, wait_until
+from django_weft.models import Executor, RunStatus, Schedule, Workflow
+from tests.procs import MANAGE, executor_row, wait_until
 
 
 @pytest.mark.django_db(transaction=True)
@@ -35,13 +33,6 @@ def test_weft_bench_prints_its_figures_as_the_last_line_and_cleans_up(args):
 
 
 # --- refusing to run beside live executors, cleaning up however it ends --------------------------------------
-
-
-def executor_row(*, alive: bool) -> Executor:
-    now = timezone.now()
-    return Executor.objects.create(kind=ExecutorKind.LOOP, host="worker-7", pid=4242, threads=2,
-                                   started_at=now - timedelta(minutes=5), last_seen=now - timedelta(seconds=3),
-                                   expires_at=now + timedelta(seconds=27 if alive else -60))
 
 
 @pytest.mark.django_db

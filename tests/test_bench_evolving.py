@@ -6,14 +6,12 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from datetime import timedelta
 from io import StringIO
 
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.test.utils import override_settings
-from django.utils import timezone
 
 from django_weft import client, transitions
 from django_weft.bench import replay_bench
@@ -30,8 +28,6 @@ from django_weft.bench.replay_bench import (
 from django_weft.codec import decode
 from django_weft.maintenance import run_maintenance
 from django_weft.models import (
-    Executor,
-    ExecutorKind,
     RunStatus,
     Signal,
     StepKind,
@@ -39,6 +35,7 @@ from django_weft.models import (
     Workflow,
     WorkflowStep,
 )
+from tests.procs import executor_row
 
 
 def bench(*args: str) -> tuple[dict, list[str]]:
@@ -243,10 +240,7 @@ def test_continue_as_new_bench_refuses_to_run_inside_a_transaction():
 @pytest.mark.django_db
 @pytest.mark.parametrize("args", [["--replay-check", "2"], ["--continue-as-new"]])
 def test_evolving_benches_refuse_to_run_beside_a_live_executor(args):
-    now = timezone.now()
-    Executor.objects.create(kind=ExecutorKind.LOOP, host="worker-7", pid=4242, threads=2,
-                            started_at=now - timedelta(minutes=5), last_seen=now - timedelta(seconds=3),
-                            expires_at=now + timedelta(seconds=27))
+    executor_row(alive=True)
     with pytest.raises(CommandError, match="refusing to run beside live executors"):
         bench(*args)
     assert not Workflow.objects.exists()

@@ -14,11 +14,11 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection
 from django.test import override_settings
-from django.utils import timezone
 
 import django_weft as weft
 from django_weft.bench import find_bench, seed
-from django_weft.models import Executor, ExecutorKind, RunStatus, SearchAttributeValue, Workflow, WorkflowStep
+from django_weft.models import RunStatus, SearchAttributeValue, Workflow, WorkflowStep
+from tests.procs import executor_row
 
 FAST = ["--repeat", "2", "--probe-seconds", "0.05"]
 COLUMNS = {"int": "int_value", "keyword": "keyword_value", "decimal": "decimal_value", "datetime": "datetime_value",
@@ -103,10 +103,7 @@ def test_find_bench_refuses_without_seeded_runs_or_without_their_attributes():
 
 @pytest.mark.django_db
 def test_find_bench_refuses_to_run_beside_a_live_executor():
-    now = timezone.now()
-    Executor.objects.create(kind=ExecutorKind.LOOP, host="worker-7", pid=4242, threads=2,
-                            started_at=now - timedelta(minutes=5), last_seen=now - timedelta(seconds=3),
-                            expires_at=now + timedelta(seconds=27))
+    executor_row(alive=True)
     with pytest.raises(CommandError, match="refusing to run beside live executors"):
         bench("--seed-runs", "10", *FAST)
     assert not Workflow.objects.exists()

@@ -5,14 +5,12 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from datetime import timedelta
 from io import StringIO
 
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.test.utils import override_settings
-from django.utils import timezone
 
 from django_weft.bench.parallel import (
     NOOP_REPEAT_FACTOR,
@@ -22,8 +20,9 @@ from django_weft.bench.parallel import (
     parse_branch_counts,
 )
 from django_weft.codec import decode
-from django_weft.models import Executor, ExecutorKind, RunStatus, StepKind, StepStatus, Workflow, WorkflowStep
+from django_weft.models import RunStatus, StepKind, StepStatus, Workflow, WorkflowStep
 from django_weft.testing import ActivityMock
+from tests.procs import executor_row
 
 
 def run_parallel_bench(*args: str) -> tuple[dict, list[str]]:
@@ -112,10 +111,7 @@ def test_parallel_bench_refuses_to_run_inside_a_transaction():
 
 @pytest.mark.django_db
 def test_parallel_bench_refuses_to_run_beside_a_live_executor():
-    now = timezone.now()
-    Executor.objects.create(kind=ExecutorKind.LOOP, host="worker-7", pid=4242, threads=2,
-                            started_at=now - timedelta(minutes=5), last_seen=now - timedelta(seconds=3),
-                            expires_at=now + timedelta(seconds=27))
+    executor_row(alive=True)
     with pytest.raises(CommandError, match="refusing to run beside live executors"):
         run_parallel_bench("2", "--repeat", "1")
     assert not Workflow.objects.exists()

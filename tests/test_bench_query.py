@@ -18,7 +18,8 @@ from django_weft.bench import query_bench
 from django_weft.bench.query_bench import QUERY_WORKFLOW, STOP_SIGNAL, parse_lengths
 from django_weft.codec import decode, encode
 from django_weft.maintenance import run_maintenance
-from django_weft.models import Executor, ExecutorKind, RunStatus, StepKind, StepStatus, Workflow, WorkflowStep
+from django_weft.models import RunStatus, StepKind, StepStatus, Workflow, WorkflowStep
+from tests.procs import executor_row
 
 FAST = ["--repeat", "3", "--probe-seconds", "0.05"]
 ROW = re.compile(r"^\s*[\d,]+\s+[\d,]+(\s+[\d.]+){9}$")
@@ -114,10 +115,7 @@ def test_query_latency_bench_refuses_to_run_inside_a_transaction():
 
 @pytest.mark.django_db
 def test_query_latency_bench_refuses_to_run_beside_a_live_executor():
-    now = timezone.now()
-    Executor.objects.create(kind=ExecutorKind.LOOP, host="worker-7", pid=4242, threads=2,
-                            started_at=now - timedelta(minutes=5), last_seen=now - timedelta(seconds=3),
-                            expires_at=now + timedelta(seconds=27))
+    executor_row(alive=True)
     with pytest.raises(CommandError, match="refusing to run beside live executors"):
         bench("--query-latency", "2", *FAST)
     assert not Workflow.objects.exists()
