@@ -69,13 +69,14 @@ def retried(what: str, body: Callable[[], T], *, using: str | None = None,
     """``body()`` (which opens its own transaction), run again when the database aborts it over a lock
     conflict and no transaction of the caller's is open; ``before_retry`` restores what a failed attempt
     consumed in memory. ``what`` names the transition in the count."""
-    outermost = not connections[using or router.db_for_write(Workflow)].in_atomic_block
     for attempt in range(1, ATTEMPTS + 1):
         try:
             return body()
         except OperationalError as exc:
             reason = lock_conflict(exc)
-            if reason is None or not outermost or attempt == ATTEMPTS:
+            # Asked only here, off the hot path: once body's own atomic block has unwound, the connection is
+            # back in the caller's state, inside a transaction of theirs or not.
+            if reason is None or attempt == ATTEMPTS or _in_callers_transaction(using):
                 raise
             count(what, reason)
             logger.info("%s: %s (%s), attempt %d of %d; retrying", what, reason, exc, attempt, ATTEMPTS)
@@ -83,6 +84,10 @@ def retried(what: str, body: Callable[[], T], *, using: str | None = None,
         if before_retry is not None:
             before_retry()
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _in_callers_transaction(using: str | None) -> bool:
+    return connections[using or router.db_for_write(Workflow)].in_atomic_block
 
 
 def retrying(what: str) -> Callable[[Callable[P, T]], Callable[P, T]]:
