@@ -226,6 +226,14 @@ def purge(*, dry_run: bool = False, confirmation_token: str | None = None, reque
     return _perform(op, filters, dry_run, confirmation_token, requested_by, progress)
 
 
+# The permission each operation needs ("django_weft.<codename>"), the one the admin asks for the same action on
+# one run; the admin's "all matching" and the HTTP API check it.
+PERMISSIONS: dict[str, str] = {
+    "cancel": "cancel_workflow", "terminate": "cancel_workflow", "signal": "signal_workflow",
+    "retry_failed": "retry_workflow", "suspend": "suspend_workflow", "resume": "suspend_workflow",
+    "purge": "purge_workflow",
+}
+
 # Every operation by its name (the admin and the weft_runs command look them up here).
 OPERATIONS: dict[str, Callable[..., BulkPreview | BulkResult]] = {
     "cancel": cancel, "terminate": terminate, "signal": signal, "retry_failed": retry_failed,

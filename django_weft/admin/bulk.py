@@ -148,29 +148,33 @@ class BulkAction:
     name: str  # URL segment
     operation: str  # the weft.bulk operation (bulk.OPERATIONS)
     label: StrOrPromise
-    permission: str  # WorkflowAdmin.has_<permission>_permission
     explanation: StrOrPromise
     reason: Callable[[HttpRequest], str] | None = None
     destructive: bool = False
 
+    @property
+    def permission(self) -> str:
+        """The WorkflowAdmin.has_<permission>_permission it needs: bulk.PERMISSIONS' codename, less the model."""
+        return bulk.PERMISSIONS[self.operation].removesuffix("_workflow")
+
 
 BULK_ACTIONS = {
     action.name: action for action in (
-        BulkAction("cancel", "cancel", _("Cancel"), "cancel",
+        BulkAction("cancel", "cancel", _("Cancel"),
                    _("The open runs end as cancelled; an executor holding one loses it."), _reason("cancelled"),
                    destructive=True),
-        BulkAction("terminate", "terminate", _("Terminate"), "cancel",
+        BulkAction("terminate", "terminate", _("Terminate"),
                    _("The open runs end at once as timed out (termination reason: terminated); their children "
                      "follow their parent close policy."), _reason("terminated"), destructive=True),
-        BulkAction("retry", "retry_failed", _("Retry"), "retry",
+        BulkAction("retry", "retry_failed", _("Retry"),
                    _("The failed runs run again from their failed step; a run whose workflow id has another open "
                      "run is skipped.")),
-        BulkAction("suspend", "suspend", _("Suspend"), "suspend",
+        BulkAction("suspend", "suspend", _("Suspend"),
                    _("Nothing executes the pending, running and waiting runs until they are resumed."),
                    _reason("suspended")),
-        BulkAction("resume", "resume", _("Resume"), "suspend",
+        BulkAction("resume", "resume", _("Resume"),
                    _("The suspended runs become runnable and continue where they were.")),
-        BulkAction("purge", "purge", _("Purge"), "purge",
+        BulkAction("purge", "purge", _("Purge"),
                    _("The finished runs are deleted with their journal, timers, signals and async records. This "
                      "cannot be undone."), destructive=True),
     )

@@ -23,11 +23,6 @@ router = Router(tags=["bulk"])
 
 Operation = Literal["cancel", "terminate", "signal", "retry_failed", "suspend", "resume", "purge"]
 
-PERMISSIONS: dict[str, str] = {
-    "cancel": "cancel_workflow", "terminate": "cancel_workflow", "signal": "signal_workflow",
-    "retry_failed": "retry_workflow", "suspend": "suspend_workflow", "resume": "suspend_workflow",
-    "purge": "purge_workflow",
-}
 # The body fields each operation takes besides the filters and the confirmation.
 ARGUMENTS: dict[str, tuple[str, ...]] = {
     "cancel": ("reason",), "terminate": ("reason",), "suspend": ("reason",),
@@ -62,7 +57,7 @@ class BulkOut(Schema):
 @router.post("bulk/{operation}", url_name="bulk", response={200: BulkOut, **ERRORS},
              summary="Preview or act on many runs")
 def perform(request: HttpRequest, operation: Operation, body: BulkIn) -> dict[str, Any]:
-    require(request, PERMISSIONS[operation])
+    require(request, bulk.PERMISSIONS[operation])
     arguments = {name: getattr(body, name) for name in ARGUMENTS.get(operation, ())}
     if operation == "signal":
         arguments["name"] = arguments.pop("signal")
