@@ -1,10 +1,12 @@
 """Calling the HTTP API in tests: an API key holding given permissions, and a client that sends it.
 
-A pytest plugin (tests/conftest.py): the fixtures ``api`` and ``key_with`` are there for every test.
+A pytest plugin (tests/conftest.py): the fixtures ``api`` and ``key_with`` are there for every test; outside a
+fixture, ``Api(Client(), make_key(...))``.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Callable
 from typing import Any
@@ -34,20 +36,32 @@ class Api:
         data = raw if raw is not None else ("" if body is None else json.dumps(body))
         return self.client.post(BASE + path, data, content_type=content_type, headers={**self.headers, **headers})
 
+    def patch(self, path: str, body: Any = None) -> Any:
+        data = "" if body is None else json.dumps(body)
+        return self.client.patch(BASE + path, data, content_type="application/json", headers=self.headers)
 
-def make_key(*codenames: str, name: str = "test") -> str:
-    _record, key = api_keys.create(name, [f"django_weft.{codename}" for codename in codenames])
+    def call(self, method: str, path: str, body: Any = None) -> Any:
+        """``get`` (``body`` as its query), ``post`` or ``patch`` by name, for tests over a table of routes."""
+        return self.get(path, body) if method == "get" else getattr(self, method)(path, body)
+
+
+_names = itertools.count(1)  # names of keys made outside the fixture, unique across tests
+
+
+def make_key(*permissions: str, name: str = "") -> str:
+    """A new key holding each permission given: a codename of django_weft's (``view_workflow``) or a full name."""
+    full = [permission if "." in permission else f"django_weft.{permission}" for permission in permissions]
+    _record, key = api_keys.create(name or f"made key {next(_names)}", full)
     return key
 
 
 @pytest.fixture
 def key_with(db: object, client: Client) -> Callable[..., Api]:
     """``key_with("view_workflow")``: an Api calling with a new key holding just those permissions."""
-    made = [0]
+    made = itertools.count(1)  # per test: "key 1" is the first key a test makes
 
     def factory(*codenames: str) -> Api:
-        made[0] += 1
-        return Api(client, make_key(*codenames, name=f"key {made[0]}"))
+        return Api(client, make_key(*codenames, name=f"key {next(made)}"))
 
     return factory
 

@@ -7,10 +7,11 @@ from io import StringIO
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.test import Client
 
 from django_weft import api_keys
 from django_weft.models import ApiKey
-from tests.api_keyed_client import ApiClient
+from tests.api_helpers import Api
 
 pytestmark = pytest.mark.django_db
 
@@ -31,7 +32,7 @@ def test_create_prints_the_key_once_and_it_authenticates(weft_env):
                                   "django_weft.view_workflow"]
     assert record.created_by == "manage.py weft_api_key" and key not in str(ApiKey.objects.values().get())
     assert api_keys.authenticate(key) == record
-    assert ApiClient(key).get("schedules").status_code == 200
+    assert Api(Client(), key).get("schedules").status_code == 200
     assert key not in run("list") and key not in run("list", "--json")
 
 
@@ -67,7 +68,7 @@ def test_list_shows_name_prefix_permissions_and_dates(weft_env):
     key = json.loads(run("create", "ci", "-p", "django_weft.view_schedule", "--json"))["key"]
     run("create", "old")
     run("revoke", "old")
-    ApiClient(key).get("schedules")
+    Api(Client(), key).get("schedules")
     rows = json.loads(run("list", "--json"))
     assert [row["name"] for row in rows] == ["ci", "old"]
     ci, old = rows
@@ -80,7 +81,7 @@ def test_list_shows_name_prefix_permissions_and_dates(weft_env):
 def test_revoke_stops_the_key_and_says_so_twice(weft_env):
     key = json.loads(run("create", "ci", "-p", "django_weft.view_schedule", "--json"))["key"]
     assert run("revoke", "ci").strip() == "revoked API key 'ci'"
-    assert ApiClient(key).get("schedules").status_code == 401
+    assert Api(Client(), key).get("schedules").status_code == 401
     assert "was revoked already" in run("revoke", "ci")
     assert json.loads(run("revoke", "ci", "--json"))["revoked_at"]
 

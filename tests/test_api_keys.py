@@ -6,11 +6,12 @@ import hashlib
 
 import pytest
 from django.db import connection
+from django.test import Client
 
 import django_weft as weft
 from django_weft import api_keys
 from django_weft.models import ApiKey
-from tests.api_keyed_client import ApiClient
+from tests.api_helpers import Api
 
 pytestmark = pytest.mark.django_db
 
@@ -38,22 +39,22 @@ def test_a_forged_key_with_the_right_prefix_is_refused(weft_env):
     _, key = api_keys.create("ci", ["django_weft.view_schedule"])
     for attempt in forged(key):
         assert api_keys.authenticate(attempt) is None, attempt
-        response = ApiClient(attempt or "x").get("schedules")
+        response = Api(Client(), attempt or "x").get("schedules")
         assert response.status_code == 401 and response.json()["code"] == "unauthenticated"
     assert ApiKey.objects.get().last_used_at is None  # no failed attempt counts as a use
-    assert ApiClient(key).get("schedules").status_code == 200
+    assert Api(Client(), key).get("schedules").status_code == 200
 
 
 def test_a_revoked_key_authenticates_no_more(weft_env):
     _, key = api_keys.create("ci", [])
     api_keys.revoke("ci")
     assert api_keys.authenticate(key) is None
-    assert ApiClient(key).get("schedules").status_code == 401
+    assert Api(Client(), key).get("schedules").status_code == 401
 
 
 def test_a_key_holds_only_its_permissions(weft_env):
     _, key = api_keys.create("reader", ["django_weft.view_schedule"])
-    api = ApiClient(key)
+    api = Api(Client(), key)
     assert api.get("schedules").status_code == 200
     assert api.get("runs").status_code == 403
 

@@ -6,11 +6,11 @@ import datetime as dt
 from datetime import UTC
 
 import pytest
-from django.test import override_settings
+from django.test import Client, override_settings
 
 import django_weft as weft
 from django_weft.models import Schedule, ScheduleStatus, Workflow
-from tests.api_keyed_client import ApiClient, error_of, key_with
+from tests.api_helpers import Api, error_of, make_key
 
 pytestmark = pytest.mark.django_db
 
@@ -29,7 +29,7 @@ HOURLY = {"schedule_id": "hourly", "workflow": "test.collect", "input": 1, "cron
 
 @pytest.fixture
 def api(weft_env):
-    return ApiClient(key_with(*ALL))
+    return Api(Client(), make_key(*ALL))
 
 
 @pytest.fixture
@@ -59,7 +59,7 @@ ROUTES = [
 @pytest.mark.parametrize(("method", "path", "body", "permission", "status"), ROUTES)
 def test_every_route_needs_authentication(hourly, method, path, body, permission, status):
     before = snapshot()
-    response = ApiClient(None).call(method, path, body)
+    response = Api(Client(), None).call(method, path, body)
     assert error_of(response) == (401, "unauthenticated")
     assert snapshot() == before and Workflow.objects.count() == 0
 
@@ -69,7 +69,7 @@ def test_a_key_without_the_routes_permission_is_refused_and_nothing_changes(
         hourly, method, path, body, permission, status):
     before = snapshot()
     others = [name for name in ALL if name != permission] + ["view_workflow", "add_workflow", "cancel_workflow"]
-    response = ApiClient(key_with(*others)).call(method, path, body)
+    response = Api(Client(), make_key(*others)).call(method, path, body)
     assert error_of(response) == (403, "forbidden")
     assert f"django_weft.{permission}" in response.json()["error"]
     assert snapshot() == before and Schedule.objects.count() == 1 and Workflow.objects.count() == 0
@@ -77,7 +77,7 @@ def test_a_key_without_the_routes_permission_is_refused_and_nothing_changes(
 
 @pytest.mark.parametrize(("method", "path", "body", "permission", "status"), ROUTES)
 def test_a_key_with_only_the_routes_permission_may_call_it(hourly, method, path, body, permission, status):
-    response = ApiClient(key_with(permission)).call(method, path, body)
+    response = Api(Client(), make_key(permission)).call(method, path, body)
     assert response.status_code == status, response.content
 
 
@@ -143,16 +143,16 @@ def test_list_pages_by_id_with_a_cursor_and_filters(api, weft_env):
     for name in ("c", "a", "d", "b"):
         weft.create_schedule(name, "test.collect", 1, every=60)
     weft.get_schedule("d").pause("x")
-    first = api.get("schedules", limit=3).json()
+    first = api.get("schedules", {"limit": 3}).json()
     assert [s["schedule_id"] for s in first["results"]] == ["a", "b", "c"] and first["next"]
-    second = api.get("schedules", limit=3, cursor=first["next"]).json()
+    second = api.get("schedules", {"limit": 3, "cursor": first["next"]}).json()
     assert [s["schedule_id"] for s in second["results"]] == ["d"] and second["next"] is None
-    paused = api.get("schedules", status="paused").json()
+    paused = api.get("schedules", {"status": "paused"}).json()
     assert [s["schedule_id"] for s in paused["results"]] == ["d"]
-    assert api.get("schedules", workflow="test.steps").json() == {"results": [], "next": None}
-    assert error_of(api.get("schedules", cursor="!!")) == (422, "invalid_cursor")
-    assert error_of(api.get("schedules", status="sleeping")) == (422, "invalid_request")
-    assert error_of(api.get("schedules", limit=0)) == (422, "invalid_request")
+    assert api.get("schedules", {"workflow": "test.steps"}).json() == {"results": [], "next": None}
+    assert error_of(api.get("schedules", {"cursor": "!!"})) == (422, "invalid_cursor")
+    assert error_of(api.get("schedules", {"status": "sleeping"})) == (422, "invalid_request")
+    assert error_of(api.get("schedules", {"limit": 0})) == (422, "invalid_request")
 
 
 def test_get_returns_the_schedule_and_404_for_an_unknown_id(api, hourly):
@@ -315,6 +315,6 @@ def test_an_input_over_the_payload_limit_is_refused(api):
 
 def test_a_nul_in_the_list_filters_is_422(api):
     # PostgreSQL refuses NUL even in a WHERE: both were 500s there (an empty page on SQLite).
-    assert error_of(api.get("schedules", workflow="a\x00")) == (422, "invalid_argument")
+    assert error_of(api.get("schedules", {"workflow": "a\x00"})) == (422, "invalid_argument")
     nul_cursor = "WyJcdTAwMDAiXQ"  # ["\u0000"], base64
-    assert error_of(api.get("schedules", cursor=nul_cursor)) == (422, "invalid_cursor")
+    assert error_of(api.get("schedules", {"cursor": nul_cursor})) == (422, "invalid_cursor")
