@@ -13,7 +13,7 @@ from django.test import override_settings
 
 import django_weft as weft
 from django_weft.models import ActivityHeartbeat, AsyncActivity, RunStatus, StepStatus, WorkflowStep
-from tests.test_admin import act, staff_client  # noqa: F401  (the admin's retry action)
+from tests.test_admin import act  # the admin's retry action
 from tests.testapp.branch_workflows import _mark
 from tests.testapp.workflows import executions
 
@@ -209,7 +209,7 @@ def gather_retry(ctx: weft.Context, key: str) -> list:
     return ctx.gather(ctx.start_activity(flaky, key), ctx.start_activity(fine, f"{key}:fine"))
 
 
-def test_an_operators_retry_runs_again_the_failed_branch_and_keeps_the_settled_ones(staff_client, weft_env):  # noqa: F811
+def test_an_operators_retry_runs_again_the_failed_branch_and_keeps_the_settled_ones(staff_client, weft_env):
     handle = weft.start("edges.gather_retry", "gr")
     weft_env.drive()
     run = handle.refresh()

@@ -15,7 +15,7 @@ from django.urls import reverse
 import django_weft as weft
 from django_weft import transitions
 from django_weft.models import RunStatus, StepKind, StepStatus, Workflow, WorkflowStep
-from tests.test_admin import act, staff_client  # noqa: F401  (the admin's cancel and retry actions)
+from tests.test_admin import act  # the admin's cancel and retry actions
 from tests.testapp import evolving_workflows as ev
 
 pytestmark = pytest.mark.django_db
@@ -189,7 +189,7 @@ def test_a_failed_branch_is_an_application_failure(weft_env):
     assert failed_steps(handle) == [(StepKind.ACTIVITY, "application")]
 
 
-def test_an_operators_retry_clears_the_category(staff_client, weft_env):  # noqa: F811
+def test_an_operators_retry_clears_the_category(staff_client, weft_env):
     handle = weft.start("fc.raises", "retried")
     weft_env.drive()
     assert ended(handle) == (RunStatus.FAILED, "application", "")
@@ -258,7 +258,7 @@ def test_handle_cancel_and_weft_cancel_are_cancellations(weft_env):
     assert ended(first) == ended(second) == (RunStatus.CANCELLED, "cancellation", "cancel_requested")
 
 
-def test_an_admin_cancel_is_a_cancellation(staff_client, weft_env):  # noqa: F811
+def test_an_admin_cancel_is_a_cancellation(staff_client, weft_env):
     handle = weft.start("fc.wait", workflow_id="c-admin")
     act(staff_client, "cancel_selected", [handle.run_id])
     assert ended(handle) == (RunStatus.CANCELLED, "cancellation", "cancel_requested")
@@ -411,7 +411,7 @@ def test_a_completed_run_has_no_category(weft_env):
 RUNS = "admin:django_weft_workflow_changelist"
 
 
-def test_the_admin_filters_runs_by_category_and_shows_it(staff_client, weft_env):  # noqa: F811
+def test_the_admin_filters_runs_by_category_and_shows_it(staff_client, weft_env):
     slow_run = weft.start("fc.slow", "adm-s", workflow_id="adm-timeout")
     failed = weft.start("fc.raises", "adm-r", workflow_id="adm-application")
     weft.start("fc.wait", workflow_id="adm-open")
@@ -430,7 +430,7 @@ def test_the_admin_filters_runs_by_category_and_shows_it(staff_client, weft_env)
     assert "Application" in body
 
 
-def test_the_admin_shows_the_termination_reason(staff_client, weft_env):  # noqa: F811
+def test_the_admin_shows_the_termination_reason(staff_client, weft_env):
     handle = weft.start("fc.wait", workflow_id="adm-cancel")
     handle.cancel()
     body = staff_client.get(reverse("admin:django_weft_workflow_change", args=[handle.run_id])).content.decode()
