@@ -64,6 +64,7 @@ if TYPE_CHECKING:
     from .maintenance import MaintenanceReport, run_maintenance
     from .models import Schedule
     from .runtime.context import ChildHandle, Context, Pending
+    from .runtime.in_caller import run
     from .schedules import create_schedule, get_schedule
     from .updates import UpdateHandle
     from .with_start import StartOrSignalResult, StartOrUpdateResult, start_or_signal, start_or_update
@@ -73,6 +74,7 @@ __version__ = "0.1.0"
 # Names that import models (and so need the app registry) load on first use.
 _LAZY = {
     "start": "client",
+    "run": "runtime.in_caller",
     "get_handle": "client",
     "cancel": "client",
     "terminate": "client",
@@ -170,6 +172,7 @@ __all__ = [
     "get_schedule",
     "heartbeat",
     "list_runs",
+    "run",
     "run_maintenance",
     "signal",
     "start",

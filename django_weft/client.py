@@ -289,10 +289,24 @@ def start(
     run = prepare_run(definition, input, workflow_id=workflow_id, idempotency_key=idempotency_key,
                       start_at=start_at, start_after=start_after, execution_timeout=execution_timeout,
                       tags=tags, search_attributes=search_attributes)
-    if idempotency_key is not None:
-        return lock_retries.retried("start", lambda: _start_idempotent(run))
-    # A savepoint keeps a caller's transaction usable after a lost race; on its own, start() needs none.
+    insert_new(run, workflow_id, on_terminal_conflict,
+               lambda: transitions.insert_run(run, delayed_until=delayed_until(run)))
+    return WorkflowHandle(run.workflow_id, run.run_id)
+
+
+def insert_new(run: Workflow, workflow_id: str | None, on_terminal_conflict: str, insert: Callable[[], Any]) -> bool:
+    """Write a prepared run with ``insert`` as start() does: after the checks of its workflow id, or its
+    idempotency key. Returns False when the key had already started a run (``run`` then takes that run's ids
+    and nothing was written)."""
+    if run.idempotency_key is not None:
+        return lock_retries.retried("start", lambda: _insert_idempotent(run, insert))
     in_callers_transaction = transaction.get_connection().in_atomic_block
+    if workflow_id is None and not in_callers_transaction and _one_statement(run):
+        # A new id and nothing but the run row to write: its INSERT is atomic on its own, and a BEGIN and a
+        # COMMIT would be two more round trips.
+        insert()
+        return True
+    # A savepoint keeps a caller's transaction usable after a lost race; on its own, start() needs none.
     with transaction.atomic():
         if workflow_id is not None:
             previous = Workflow.objects.latest_for(workflow_id).first()
@@ -310,15 +324,20 @@ def start(
                 run.restarted_from = previous
         try:
             with transaction.atomic(savepoint=in_callers_transaction):
-                transitions.insert_run(run, delayed_until=delayed_until(run))
+                insert()
         except IntegrityError:
             raise WorkflowAlreadyExists(
                 f"workflow id {workflow_id!r} was started concurrently by another caller"
             ) from None
-    return WorkflowHandle(run.workflow_id, run.run_id)
+    return True
 
 
-def _start_idempotent(run: Workflow) -> WorkflowHandle:
+def _one_statement(run: Workflow) -> bool:
+    """Does inserting ``run`` write its row and nothing else (no attribute rows, no delayed-start timer)?"""
+    return not run.search_attributes and delayed_until(run) is None
+
+
+def _insert_idempotent(run: Workflow, insert: Callable[[], Any]) -> bool:
     key = run.idempotency_key
     assert key is not None  # called for starts with a key only
     by_key = Workflow.objects.filter(idempotency_key=key).only("workflow_id", "run_id", "workflow_type")
@@ -328,8 +347,8 @@ def _start_idempotent(run: Workflow) -> WorkflowHandle:
             spent_keys.refuse_if_spent(key)
             try:
                 with transaction.atomic():
-                    transitions.insert_run(run, delayed_until=delayed_until(run))
-                return WorkflowHandle(run.workflow_id, run.run_id)
+                    insert()
+                return True
             except IntegrityError:
                 # Another caller inserted the same key first; the unique index made us wait for its
                 # commit, so its row is visible now.
@@ -341,7 +360,8 @@ def _start_idempotent(run: Workflow) -> WorkflowHandle:
                 f"idempotency key {key!r} already started a {existing.workflow_type!r} run, not "
                 f"{run.workflow_type!r}"
             )
-        return WorkflowHandle(existing.workflow_id, existing.run_id)
+        run.workflow_id, run.run_id = existing.workflow_id, existing.run_id
+        return False
 
 
 # --- signals -----------------------------------------------------------------------------------------

@@ -96,13 +96,27 @@ def _send_on_commit(signal: Any, run: Workflow) -> None:
 def insert_run(run: Workflow, *, delayed_until: datetime | None) -> Workflow:
     """Insert a new run (inside the caller's transaction). Pending until claimed."""
     run.status = S.PENDING
-    run.save(force_insert=True)
+    journal.insert_row(run)
     attribute_rows.insert_for(run)
     if delayed_until is not None:
         Timer.objects.create(run=run, purpose="delayed_start", fire_at=delayed_until)
     wakeups.runnable(run.pk, run.runnable_at or run.created_at, run.created_at)
     _send_on_commit(signals.workflow_started, run)
     return run
+
+
+def insert_claimed_run(run: Workflow, owner: str) -> Claim:
+    """Insert a new run already claimed by ``owner`` (its start and its claim in one write): the caller
+    executes it next, so no executor is woken. Its lease expires as a claimed run's does, so the run is taken
+    over if the caller dies."""
+    now = run.created_at
+    run.status, run.fence, run.lease_owner = S.RUNNING, 1, owner
+    run.started_at, run.runnable_at = now, _lease_expiry(now)
+    journal.insert_row(run)
+    attribute_rows.insert_for(run)
+    _send_on_commit(signals.workflow_started, run)
+    return Claim(run=run, fence=run.fence, owner=owner, previous_status=S.PENDING, fresh=True,
+                 inbox_seen=run.inbox_seq)
 
 
 # --- claims, leases and executor writes --------------------------------------------------------------
