@@ -13,7 +13,7 @@ else
 INSTALLED := $(VENV)/.installed
 endif
 
-.PHONY: demo test soak lint typecheck check-migrations bench clean
+.PHONY: demo test soak lint typecheck check-migrations bench bench-dbos clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -53,5 +53,16 @@ bench: $(INSTALLED)
 	$(MANAGE) migrate --verbosity 0
 	DJANGO_DEBUG=0 $(MANAGE) weft_bench $(BENCH_ARGS)
 
+# django_weft beside DBOS Transact (bench/compare_dbos.py), on the PostgreSQL server of DATABASE_URL. DBOS lives in a
+# virtualenv of its own: it is the peer we measure against, never a dependency.
+DBOS_VENV ?= .venv-dbos
+$(DBOS_VENV)/.installed:
+	$(PYTHON) -m venv $(DBOS_VENV)
+	$(DBOS_VENV)/bin/python -m pip install --quiet "dbos>=3.4,<4" "psycopg[binary]>=3.2"
+	touch $@
+
+bench-dbos: $(INSTALLED) $(DBOS_VENV)/.installed
+	$(PY) bench/compare_dbos.py --dbos-python $(DBOS_VENV)/bin/python $(BENCH_ARGS)
+
 clean:
-	rm -rf $(VENV) testproject/demo.sqlite3* testproject/test_weft.sqlite3*
+	rm -rf $(VENV) $(DBOS_VENV) testproject/demo.sqlite3* testproject/test_weft.sqlite3*

@@ -6,7 +6,7 @@ on PostgreSQL, send the fenced run update and the new journal rows as one statem
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
@@ -208,9 +208,26 @@ def _insert_statement(model: type[Model]) -> tuple[str, list[Field]]:
             fields)
 
 
-def _concrete(model: type[Model]) -> Callable[[str], Field]:
-    """``model``'s concrete field by name (typed as a Field, which every column written here is)."""
-    return lambda name: cast(Field, model._meta.get_field(name))
+@cache
+def _fields(model: type[Model], names: tuple[str, ...]) -> tuple[Field, ...]:
+    """``model``'s concrete fields of ``names`` (typed as Fields, which every column written here is)."""
+    return tuple(cast(Field, model._meta.get_field(name)) for name in names)
+
+
+@cache
+def _step_commit_sql(assigned: tuple[str, ...], steps: int) -> str:
+    """The statement of :func:`write_in_one_statement` for these run columns and this many new steps (a few
+    shapes, built once each)."""
+    assignments = ", ".join(f'"{field.column}" = %s' for field in _fields(Workflow, assigned))
+    sql = (f'UPDATE "{Workflow._meta.db_table}" SET {assignments} '
+           'WHERE "run_id" = %s AND "fence" = %s AND "status" = %s RETURNING "run_id"')
+    if not steps:
+        return sql
+    columns = ", ".join(f'"{c}"' for c in _STEP_COLUMNS)
+    row = "(" + ", ".join(f"%s::{t}" for t in _STEP_TYPES) + ")"
+    return (f'WITH run AS ({sql}) INSERT INTO "{WorkflowStep._meta.db_table}" ("run_id", {columns}) '
+            f"SELECT run.run_id, v.* FROM run, (VALUES {', '.join([row] * steps)}) AS v({columns}) "
+            'RETURNING "seq", "id"')
 
 
 def write_in_one_statement(run_id: Any, fence: int, status: str, fields: dict[str, Any],
@@ -228,22 +245,15 @@ def write_in_one_statement(run_id: Any, fence: int, status: str, fields: dict[st
         return None
     if any(hasattr(value, "resolve_expression") for value in fields.values()):
         return None
-    run_meta, step_meta = Workflow._meta, WorkflowStep._meta
-    run_field, step_field = _concrete(Workflow), _concrete(WorkflowStep)
-    assignments = ", ".join(f'"{run_field(name).column}" = %s' for name in fields)
-    params = [run_field(name).get_db_prep_save(value, connection) for name, value in fields.items()]
-    params += [run_meta.pk.get_db_prep_save(run_id, connection), fence, status]
-    sql = (f'UPDATE "{run_meta.db_table}" SET {assignments} '
-           'WHERE "run_id" = %s AND "fence" = %s AND "status" = %s RETURNING "run_id"')
+    assigned = tuple(fields)
+    params = [field.get_db_prep_save(value, connection)
+              for field, value in zip(_fields(Workflow, assigned), fields.values(), strict=True)]
+    params += [Workflow._meta.pk.get_db_prep_save(run_id, connection), fence, status]
     steps = [w.step for w in writes]  # type: ignore[union-attr]
-    if steps:
-        columns = ", ".join(f'"{c}"' for c in _STEP_COLUMNS)
-        row = "(" + ", ".join(f"%s::{t}" for t in _STEP_TYPES) + ")"
-        sql = (f'WITH run AS ({sql}) INSERT INTO "{step_meta.db_table}" ("run_id", {columns}) '
-               f"SELECT run.run_id, v.* FROM run, (VALUES {', '.join([row] * len(steps))}) AS v({columns}) "
-               'RETURNING "seq", "id"')
-        for step in steps:
-            params += [step_field(c).get_db_prep_save(getattr(step, c), connection) for c in _STEP_COLUMNS]
+    step_fields = _fields(WorkflowStep, _STEP_COLUMNS)
+    for step in steps:
+        params += [field.get_db_prep_save(getattr(step, field.attname), connection) for field in step_fields]
+    sql = _step_commit_sql(assigned, len(steps))
     with bound_cursor(connection) as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()

@@ -319,11 +319,11 @@ def run_bench(*, workflows: int, steps: int, workers: int, probe_seconds: float 
         with SqlCounter(using) as counter, _Finished(set(run_ids)) as finished:
             counter.active = True
             thread = threading.Thread(target=worker.run, name="weft-bench-worker", daemon=True)
-            began = time.perf_counter()
+            cpu_began, began = time.process_time(), time.perf_counter()
             thread.start()
             try:
                 completed = finished.done.wait(timeout)
-                drive_seconds = time.perf_counter() - began
+                drive_seconds, drive_cpu = time.perf_counter() - began, time.process_time() - cpu_began
             finally:
                 # Stopped before anything else (cleanup included) touches the runs.
                 counter.active = False
@@ -377,6 +377,8 @@ def run_bench(*, workflows: int, steps: int, workers: int, probe_seconds: float 
         "steps_per_second": round(wps * steps, 1),
         "end_to_end_seconds": round(end_to_end, 3),
         "end_to_end_workflows_per_second": round(workflows / end_to_end, 2),
+        # This process's CPU time in the drive phase (executor threads, heartbeat, maintenance) per run.
+        "cpu_ms_per_workflow": round(drive_cpu * 1000 / workflows, 3),
         "p50_ms": ms(percentile(total_ms, 50)),
         "p95_ms": ms(percentile(total_ms, 95)),
         "exec_p50_ms": ms(percentile(exec_ms, 50)),

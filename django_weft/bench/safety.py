@@ -1,6 +1,14 @@
-"""What the bench checks before it creates anything (importing this registers no workflow)."""
+"""What the bench checks before it creates anything, and how an interrupt still lets it clean up (importing
+this registers no workflow)."""
 
 from __future__ import annotations
+
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 from .. import clock
 from ..liveness import live_executors
@@ -30,3 +38,26 @@ def live_executor_refusal() -> str:
         "counts as live until its heartbeat row expires (3 x WEFT_HEARTBEAT_SECONDS); the admin lists them "
         "under Workflows > Executors."
     )
+
+
+@contextmanager
+def interruptible() -> Iterator[None]:
+    """Turn the first SIGTERM into a KeyboardInterrupt, as Ctrl-C is, so ``finally`` blocks delete what the
+    bench created; a second SIGTERM or SIGINT, during that cleanup, ends the process at once."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be set from the main thread
+        return
+
+    def on_signal(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        sys.stderr.write("weft_bench: interrupted; deleting what it created (signal again to exit at once)\n")
+        sys.stderr.flush()
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    previous = signal.signal(signal.SIGTERM, on_signal), signal.signal(signal.SIGINT, on_signal)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous[0])
+        signal.signal(signal.SIGINT, previous[1])

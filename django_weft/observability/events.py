@@ -62,6 +62,11 @@ def tracing() -> ModuleType | None:
     return _tracing
 
 
+def _spans() -> ModuleType | None:
+    """The tracing module when spans are recorded somewhere (tracing on and an SDK installed), else None."""
+    return _tracing if _tracing is not None and _tracing.recording() else None
+
+
 # --- runs -------------------------------------------------------------------------------------------
 
 
@@ -87,11 +92,12 @@ def execution(run: Workflow) -> Iterator[Execution]:
     """Around one execution of ``run``: a span (current while user code runs, linked to the trace that
     started the run), the busy-executor gauge and the execution's duration."""
     report = Execution(run)
-    if _metrics is None and _tracing is None:
+    spans = _spans()
+    if _metrics is None and spans is None:
         yield report
         return
     began = time.monotonic()
-    span = _tracing.execution_span(run) if _tracing is not None else nullcontext()
+    span = spans.execution_span(run) if spans is not None else nullcontext()
     if _metrics is not None:
         _metrics.execution_began()
     try:
@@ -125,7 +131,7 @@ def attempt(body: Callable[..., Any], info: AttemptInfo, run: Workflow, *, is_as
     """``body`` wrapped so each call of it is one attempt: ``activity_started`` (sent as it begins: an
     attempt commits nothing before it runs), a span, and its duration by outcome. ``body`` itself when
     nothing watches."""
-    if _metrics is None and _tracing is None and not signals.activity_started.receivers:
+    if _metrics is None and _spans() is None and not signals.activity_started.receivers:
         return body
     if is_async:
         async def run_async(*args: Any, **kwargs: Any) -> Any:
@@ -148,7 +154,8 @@ def _attempt_scope(info: AttemptInfo, run: Workflow) -> Iterator[None]:
             sender=Workflow, run=run, activity=info.activity, seq=info.seq, attempt=info.attempt))
     began = time.monotonic()
     outcome = "failed"
-    span = _tracing.attempt_span(run, info) if _tracing is not None else nullcontext()
+    spans = _spans()
+    span = spans.attempt_span(run, info) if spans is not None else nullcontext()
     try:
         with span:
             try:

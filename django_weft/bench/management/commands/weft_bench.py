@@ -13,17 +13,14 @@ however it ends: normally, on an error, on Ctrl-C or SIGTERM (a second signal ex
 from __future__ import annotations
 
 import json
-import signal
-import sys
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from django_weft.bench import find_bench
+from django_weft.bench import find_bench, in_caller
+from django_weft.bench.safety import interruptible
 
 
 def check_sizes(*, workflows: int, steps: int, workers: int, probe_seconds: float, timeout: float) -> None:
@@ -37,29 +34,6 @@ def check_sizes(*, workflows: int, steps: int, workers: int, probe_seconds: floa
         raise CommandError("--probe-seconds must be positive")
     if timeout <= 0:
         raise CommandError("--timeout must be positive")
-
-
-@contextmanager
-def interruptible() -> Iterator[None]:
-    """Turn the first SIGTERM into a KeyboardInterrupt, as Ctrl-C is, so ``finally`` blocks delete what the
-    bench created; a second SIGTERM or SIGINT, during that cleanup, ends the process at once."""
-    if threading.current_thread() is not threading.main_thread():
-        yield  # signal handlers can only be set from the main thread
-        return
-
-    def on_signal(signum: int, frame: Any) -> None:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        sys.stderr.write("weft_bench: interrupted; deleting what it created (signal again to exit at once)\n")
-        sys.stderr.flush()
-        raise KeyboardInterrupt(signal.Signals(signum).name)
-
-    previous = signal.signal(signal.SIGTERM, on_signal), signal.signal(signal.SIGINT, on_signal)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous[0])
-        signal.signal(signal.SIGINT, previous[1])
 
 
 class Command(BaseCommand):
@@ -110,7 +84,7 @@ class Command(BaseCommand):
         "and the journal load and dry replay alone (see django_weft.bench.query_bench). It refuses to run while "
         "executors are live on the database (their heartbeat rows), and deletes what it created on every exit "
         "path, SIGTERM and Ctrl-C included."
-    ) + find_bench.HELP
+    ) + find_bench.HELP + in_caller.HELP
 
     def progress_writer(self) -> Callable[[str], None]:
         """Progress lines go to stderr, so stdout's last line stays the JSON figures."""
@@ -187,6 +161,7 @@ class Command(BaseCommand):
                             help="With --continue-as-new: signals per run before it continues as new "
                                  "(default 100).")
         find_bench.add_arguments(parser)
+        in_caller.add_arguments(parser)
         parser.add_argument("--interval", type=float, default=None,
                             help="Poll interval of the weft_maintenance subprocesses (--latency: default 1; "
                                  "--processes: default WEFT_POLL_INTERVAL).")
@@ -194,7 +169,8 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         with interruptible():
             try:
-                self.run_mode(*find_bench.mode(options)) if find_bench.chosen(options) else self.handle_mode(**options)
+                plugged = next((m for m in (in_caller, find_bench) if m.chosen(options)), None)
+                self.run_mode(*plugged.mode(options)) if plugged else self.handle_mode(**options)
             except KeyboardInterrupt as exc:
                 what = "its runs were kept (--keep)" if options["keep"] else "everything it created was deleted"
                 raise CommandError(f"weft_bench: interrupted ({exc or 'SIGINT'}); {what}") from None
