@@ -49,6 +49,9 @@ DEFAULTS: dict[str, Any] = {
     # PostgreSQL: NOTIFY idle weft_maintenance loops when a run becomes runnable, so they start it at once
     # instead of at their next poll. Ignored on other databases.
     "NOTIFY": True,
+    # PostgreSQL: step commits of several runs ready at the same moment (executor threads, weft.run() callers
+    # of one process) go as one statement, each still fenced on its own run (django_weft.group_commit).
+    "GROUP_COMMIT": True,
     # Celery queue of the django_weft tasks (None: the project's default queue).
     "CELERY_QUEUE": None,
     # Celery: a run that becomes runnable within this many seconds (a short sleep, a retry backoff, a

@@ -15,7 +15,7 @@ from typing import Any, cast
 from django.db import connections, router, transaction
 from django.db.models import Field, Model
 
-from . import attribute_rows, wakeups
+from . import attribute_rows, group_commit, wakeups
 from .bound_cursor import bound_cursor
 from .models import AsyncActivity, Signal, Timer, UpdateStatus, Workflow, WorkflowStep, WorkflowUpdate
 from .observability import events
@@ -214,29 +214,14 @@ def _fields(model: type[Model], names: tuple[str, ...]) -> tuple[Field, ...]:
     return tuple(cast(Field, model._meta.get_field(name)) for name in names)
 
 
-@cache
-def _step_commit_sql(assigned: tuple[str, ...], steps: int) -> str:
-    """The statement of :func:`write_in_one_statement` for these run columns and this many new steps (a few
-    shapes, built once each)."""
-    assignments = ", ".join(f'"{field.column}" = %s' for field in _fields(Workflow, assigned))
-    sql = (f'UPDATE "{Workflow._meta.db_table}" SET {assignments} '
-           'WHERE "run_id" = %s AND "fence" = %s AND "status" = %s RETURNING "run_id"')
-    if not steps:
-        return sql
-    columns = ", ".join(f'"{c}"' for c in _STEP_COLUMNS)
-    row = "(" + ", ".join(f"%s::{t}" for t in _STEP_TYPES) + ")"
-    return (f'WITH run AS ({sql}) INSERT INTO "{WorkflowStep._meta.db_table}" ("run_id", {columns}) '
-            f"SELECT run.run_id, v.* FROM run, (VALUES {', '.join([row] * steps)}) AS v({columns}) "
-            'RETURNING "seq", "id"')
-
-
 def write_in_one_statement(run_id: Any, fence: int, status: str, fields: dict[str, Any],
                            writes: Sequence[JournalWrite]) -> bool | None:
     """PostgreSQL, outside any transaction: the fenced run UPDATE plus new steps as one statement.
 
     One round trip and one implicit commit instead of BEGIN, UPDATE, INSERT..., COMMIT: the executor's
-    hot path. Returns None when it does not apply (another database, an open transaction, writes other
-    than step inserts), else whether the fence held (False: nothing was written).
+    hot path; with other runs' commits of the same moment, one statement for all (group_commit). Returns
+    None when it does not apply (another database, an open transaction, writes other than step inserts),
+    else whether the fence held (False: nothing was written).
     """
     connection = connections[router.db_for_write(Workflow)]
     if connection.vendor != "postgresql" or connection.in_atomic_block:
@@ -246,21 +231,19 @@ def write_in_one_statement(run_id: Any, fence: int, status: str, fields: dict[st
     if any(hasattr(value, "resolve_expression") for value in fields.values()):
         return None
     assigned = tuple(fields)
-    params = [field.get_db_prep_save(value, connection)
+    values = [field.get_db_prep_save(value, connection)
               for field, value in zip(_fields(Workflow, assigned), fields.values(), strict=True)]
-    params += [Workflow._meta.pk.get_db_prep_save(run_id, connection), fence, status]
     steps = [w.step for w in writes]  # type: ignore[union-attr]
     step_fields = _fields(WorkflowStep, _STEP_COLUMNS)
-    for step in steps:
-        params += [field.get_db_prep_save(getattr(step, field.attname), connection) for field in step_fields]
-    sql = _step_commit_sql(assigned, len(steps))
-    with bound_cursor(connection) as cursor:
-        cursor.execute(sql, params)
-        rows = cursor.fetchall()
-    if not rows:
+    rows = [[field.get_db_prep_save(getattr(step, field.attname), connection) for field in step_fields]
+            for step in steps]
+    request = group_commit.StepCommit(
+        run_id=Workflow._meta.pk.get_db_prep_save(run_id, connection), fence=fence, status=status,
+        assignments=tuple(field.column for field in _fields(Workflow, assigned)), values=values, rows=rows)
+    group_commit.commit(connection, request, _STEP_COLUMNS, _STEP_TYPES, Workflow._meta.db_table,
+                        WorkflowStep._meta.db_table)
+    if not request.held:
         return False
-    if steps:
-        ids = dict(rows)
-        for step in steps:
-            step.pk = ids[step.seq]
+    for step in steps:
+        step.pk = request.ids[step.seq]
     return True
