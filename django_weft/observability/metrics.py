@@ -16,6 +16,7 @@ import os
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
+from functools import lru_cache
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
@@ -67,38 +68,44 @@ _FINISH_SIGNALS = (signals.workflow_completed, signals.workflow_failed, signals.
 # --- what the hooks in .events call ---------------------------------------------------------------------
 
 
+@lru_cache(maxsize=4096)
+def _child(metric: Any, *labels: str) -> Any:
+    """``metric.labels(*labels)``, looked up once: the hooks run several times per step."""
+    return metric.labels(*labels)
+
+
 def execution_began() -> None:
     BUSY.inc()
 
 
 def execution_ended(workflow_type: str, outcome: str, seconds: float) -> None:
     BUSY.dec()
-    EXECUTION_SECONDS.labels(workflow_type, outcome).observe(seconds)
+    _child(EXECUTION_SECONDS, workflow_type, outcome).observe(seconds)
 
 
 def takeover(workflow_type: str) -> None:
-    TAKEOVERS.labels(workflow_type).inc()
+    _child(TAKEOVERS, workflow_type).inc()
 
 
 def lock_retry(transition: str, reason: str) -> None:
-    DEADLOCK_RETRIES.labels(transition, reason).inc()
+    _child(DEADLOCK_RETRIES, transition, reason).inc()
 
 
 def attempt_ended(activity: str, outcome: str, seconds: float) -> None:
-    ATTEMPT_SECONDS.labels(activity, outcome).observe(seconds)
+    _child(ATTEMPT_SECONDS, activity, outcome).observe(seconds)
 
 
 def step_ended(kind: str, seconds: float) -> None:
-    STEP_SECONDS.labels(kind).observe(max(0.0, seconds))
+    _child(STEP_SECONDS, kind).observe(max(0.0, seconds))
 
 
 # Runs are counted from the run signals, which are sent once, after the commit that started or ended them.
 def _run_started(sender: Any, run: Workflow, **kwargs: Any) -> None:
-    RUNS_STARTED.labels(run.workflow_type).inc()
+    _child(RUNS_STARTED, run.workflow_type).inc()
 
 
 def _run_finished(sender: Any, run: Workflow, **kwargs: Any) -> None:
-    RUNS_FINISHED.labels(run.workflow_type, run.status).inc()
+    _child(RUNS_FINISHED, run.workflow_type, run.status).inc()
 
 
 signals.workflow_started.connect(_run_started, sender=Workflow, dispatch_uid="django_weft.metrics.started")
