@@ -21,7 +21,7 @@ from django.db import transaction
 from django.db.models import Case, F, Value, When
 from django.db.models.functions import Coalesce
 
-from . import attribute_rows, journal, lock_retries, signals, wakeups
+from . import attribute_rows, claim_statement, journal, lock_retries, signals, wakeups
 from .conf import weft_settings
 from .deliveries import deliver_signal as deliver_signal  # re-exported: part of the state writer's API
 from .deliveries import deliver_update as deliver_update
@@ -147,6 +147,17 @@ class Claim:
 def claim(owner: str, now: datetime, limit: int, *, run_id: Any = None) -> list[Claim]:
     """Take up to ``limit`` runnable runs (due timers, delayed starts, expired leases) for ``owner``;
     with ``run_id``, that run only, if it is runnable."""
+    rows = claim_statement.claim_in_one_statement(owner, now, limit, run_id, _lease_expiry(now))
+    if rows is None:
+        rows = _claim_with_the_orm(owner, now, limit, run_id)
+    return [Claim(run=row, fence=row.fence, owner=owner, previous_status=row.weft_previous_status,
+                  previous_owner=row.weft_previous_owner, fresh=row.weft_fresh, inbox_seen=row.inbox_seq)
+            for row in rows]
+
+
+def _claim_with_the_orm(owner: str, now: datetime, limit: int, run_id: Any) -> list[Workflow]:
+    """:func:`claim` in a transaction (other databases, or inside the caller's transaction): the claimed rows
+    as they are now, with the ``weft_previous_*`` and ``weft_fresh`` that claim_statement returns."""
     with transaction.atomic():
         runnable = Workflow.objects.runnable(now)
         if run_id is not None:
@@ -169,16 +180,17 @@ def claim(owner: str, now: datetime, limit: int, *, run_id: Any = None) -> list[
             Timer.objects.filter(run_id__in=delayed, purpose="delayed_start", fired_at__isnull=True).update(
                 fired_at=now
             )
-    claims = []
     for row in rows:
-        previous, previous_owner, fresh = row.status, row.lease_owner, row.started_at is None
+        row.weft_previous_status, row.weft_previous_owner = row.status, row.lease_owner
+        row.weft_fresh = row.started_at is None
         row.fence += 1
         row.status = S.RUNNING
         row.lease_owner = owner
         row.started_at = row.started_at or now
-        claims.append(Claim(run=row, fence=row.fence, owner=owner, previous_status=previous,
-                            previous_owner=previous_owner, fresh=fresh, inbox_seen=row.inbox_seq))
-    return claims
+        row.runnable_at = _lease_expiry(now)
+        row.wait_reason = ""
+        row.updated_at = now
+    return rows
 
 
 def _refused(claim: Claim) -> FencingError:
