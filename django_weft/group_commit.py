@@ -46,7 +46,7 @@ class StepCommit:
     held: bool | None = None
     ids: dict[int, int] = field(default_factory=dict)
     alone: bool = False  # the group failed: send it again on its own
-    _woken: threading.Event = field(default_factory=threading.Event)
+    _woken: threading.Event | None = None  # made only when it has to wait
     _leads: bool = False
 
 
@@ -64,8 +64,11 @@ _queues_lock = threading.Lock()
 
 
 def _queue(alias: str) -> _Queue:
-    with _queues_lock:
-        return _queues.setdefault(alias, _Queue())
+    queue = _queues.get(alias)
+    if queue is None:
+        with _queues_lock:
+            queue = _queues.setdefault(alias, _Queue())
+    return queue
 
 
 def commit(connection: BaseDatabaseWrapper, mine: StepCommit, columns: tuple[str, ...], types: tuple[str, ...],
@@ -78,10 +81,11 @@ def commit(connection: BaseDatabaseWrapper, mine: StepCommit, columns: tuple[str
     queue = _queue(connection.alias)
     with queue.lock:
         if queue.busy:
+            mine._woken = threading.Event()
             queue.waiting.append(mine)
         else:
             queue.busy = mine._leads = True
-    if not mine._leads:
+    if mine._woken is not None:
         mine._woken.wait()
         if not mine._leads:  # sent with the group, or to be sent alone
             if mine.alone:
@@ -105,12 +109,12 @@ def _lead(connection: BaseDatabaseWrapper, queue: _Queue, mine: StepCommit, colu
     finally:
         for other in others:
             other.alone = not sent
-            other._woken.set()
+            other._woken.set()  # type: ignore[union-attr]  # a waiting commit has its event
         with queue.lock:  # the next waiting commit leads the next group
             if queue.waiting:
                 following = queue.waiting.pop(0)
                 following._leads = True
-                following._woken.set()
+                following._woken.set()  # type: ignore[union-attr]
             else:
                 queue.busy = False
     if failure is not None:
