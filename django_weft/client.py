@@ -322,13 +322,18 @@ def insert_new(run: Workflow, workflow_id: str | None, on_terminal_conflict: str
                         f"({previous.status}); pass on_terminal_conflict=\"start_new\" to start it again"
                     )
                 run.restarted_from = previous
+        concurrently = WorkflowAlreadyExists(f"workflow id {workflow_id!r} was started concurrently by another caller")
         try:
             with transaction.atomic(savepoint=in_callers_transaction):
                 insert()
         except IntegrityError:
-            raise WorkflowAlreadyExists(
-                f"workflow id {workflow_id!r} was started concurrently by another caller"
-            ) from None
+            raise concurrently from None
+        # The check above reads without a lock, and the unique index only keeps two runs of an id from being
+        # open together: a run of the id that another caller started, and that finished, after that read is
+        # visible now (each statement reads what is committed) and makes this start a conflict too.
+        if workflow_id is not None and run.restarted_from is None and (
+                Workflow.objects.filter(workflow_id=workflow_id).exclude(pk=run.pk).exists()):
+            raise concurrently
     return True
 
 

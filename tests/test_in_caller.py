@@ -410,11 +410,6 @@ WORKFLOW_INSERT = re.compile(r"^\s*INSERT INTO [\"`]django_weft_workflow[\"`]", 
 
 
 @pytest.mark.concurrent
-@pytest.mark.xfail(strict=True, reason=(
-    "bug: client.insert_new checks a workflow_id with an unlocked SELECT and the unique index covers open runs "
-    "only, so a run that starts and finishes between another caller's check and its INSERT is not seen: the "
-    "id is used twice without on_terminal_conflict='start_new'. weft.run() makes the window real (its run "
-    "finishes in the call): 4 threads calling weft.run with one id started 2 runs in ~6% of rounds"))
 @pytest.mark.parametrize("second", ["run", "start"])
 def test_a_workflow_id_whose_run_finished_meanwhile_is_refused(row_locks, second):
     """Caller B checks workflow id 'order-7' (unused) and is held just before its INSERT; meanwhile caller A's

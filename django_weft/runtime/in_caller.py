@@ -8,6 +8,7 @@ takes it over. A run that parks (a timer, a signal, an async activity) is left t
 
 from __future__ import annotations
 
+import contextvars
 import os
 import threading
 from collections.abc import Callable, Iterable
@@ -35,7 +36,9 @@ def _lease_keeper() -> LeaseKeeper:
     global _keeper, _keeper_pid
     with _keeper_lock:
         if _keeper is None or _keeper_pid != os.getpid():
-            _keeper, _keeper_pid = LeaseKeeper(), os.getpid()
+            # Made in an empty context: it outlives the caller that made it, whose clock (a test's) and trace
+            # it must not keep.
+            _keeper, _keeper_pid = contextvars.Context().run(LeaseKeeper), os.getpid()
             _keeper.__enter__()
         return _keeper
 
@@ -59,10 +62,11 @@ def run(
     raises them (at once for a run that finished). An idempotency key that already started a run returns that
     run's handle without executing anything.
     """
-    if transaction.get_connection().in_atomic_block:
+    connection = transaction.get_connection()
+    if connection.in_atomic_block or not connection.get_autocommit():
         raise InvalidArgument("weft.run() commits each step of the run on its own, so it cannot run inside "
-                              "transaction.atomic(); call it outside, or use weft.start(), which joins the "
-                              "transaction and leaves the run to an executor")
+                              "transaction.atomic() (nor with autocommit off); call it outside, or use weft.start(), "
+                              "which joins the transaction and leaves the run to an executor")
     definition = get_workflow(workflow)
     client.check_terminal_conflict(on_terminal_conflict, workflow_id)
     prepared = prepare_run(definition, input, workflow_id=workflow_id, idempotency_key=idempotency_key,

@@ -132,6 +132,7 @@ class LeaseKeeper:
                 with self._lock:
                     held = list(self._held)
                 if not held and self._heartbeat is None:
+                    connections.close_all()  # an idle keeper (weft.run's, between runs) holds no connection
                     continue
                 now = clock.now()
                 # Recycling checks the connection with a query of its own (CONN_HEALTH_CHECKS), so an idle
