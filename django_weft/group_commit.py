@@ -3,38 +3,54 @@
 On PostgreSQL a step commit outside a transaction is one statement (:func:`django_weft.journal.
 write_in_one_statement`): the fenced UPDATE of the run and the INSERT of its new steps, committed implicitly.
 Each such statement costs a round trip and a WAL flush. When several threads of a process commit steps at the
-same time (the executor threads of ``weft_maintenance``, callers of ``weft.run()``), the first one *leads*:
-it sends its own commit at once, and the commits that arrive while that statement is in flight wait for it
-and then go together, as one statement, sent by the first of them. Every run keeps its own fence: each UPDATE
-of the group names its run, fence and status, and a run whose fence moved gets no steps and is told so,
-while the others commit. Alone, a commit goes at once, as before: grouping adds no wait to a lone run.
+same time (the executor threads of ``weft_maintenance``, callers of ``weft.run()``), the first one *leads*: it
+sends its commit at once, and the commits that arrive while that statement is in flight wait for it and then
+go together, as one statement, sent by the first of them. Alone, a commit goes at once: grouping adds no wait.
 
-A group that the database refuses (a value one run's step cannot store, a deadlock, a lost connection) is not
-failed as a whole: each of its commits is sent again alone, on its own thread's connection, so each gets its
-own outcome and error, as without grouping. ``WEFT_GROUP_COMMIT = False`` turns grouping off.
+What each commit keeps, grouped or not:
+
+* its own fence: each UPDATE of a group names its run, fence and status, and a commit whose fence moved gets
+  no rows and is told so while the others commit. Outcomes are matched to commits by position, so two commits
+  of one run (a stale execution beside the one that took the run over) each get their own;
+* no waiting on others' locks: a group locks its runs' rows with ``SKIP LOCKED``, and a commit whose row
+  another transaction holds (an operator's cancel, a parent closing its children) is sent again alone, on its
+  own thread, once the group is done; so a group never waits for a lock, cannot deadlock, and one busy run
+  holds up no other;
+* its own error: a group the database refused (it rolled the statement back: a value one step cannot store)
+  is sent again commit by commit, so each gets its own outcome. When the reply was lost (the connection
+  broke: the statement may or may not have committed) every commit of the group gets a transient error, as a
+  lone commit would, and its run is left to its lease.
+
+Grouped commits are sent on the leading thread's connection: its session state is theirs. Commits of
+connections that differ in session state (``connection.schema_name``, as django-tenants sets it) are never
+grouped together; for other per-connection state, set ``WEFT_GROUP_COMMIT = False``.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from django.db import DatabaseError
+from django.db import DatabaseError, OperationalError
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from .bound_cursor import bound_cursor
 from .conf import weft_settings
 
-# The most commits one statement carries (its parameters stay well under PostgreSQL's 65,535).
+# The most commits, and about the most parameters, one group statement carries (PostgreSQL takes 65,535).
 MAX_GROUP = 32
+MAX_PARAMETERS = 20_000
+
+QUEUED, LEADS, DONE, ALONE, FAILED = "queued", "leads", "done", "alone", "failed"
 
 
 @dataclass(eq=False)
 class StepCommit:
-    """One run's fenced commit: the UPDATE of ``fields`` where run, fence and status still match, and the new
-    journal rows (``rows``: the values of ``columns``, database-ready)."""
+    """One run's fenced commit: the UPDATE of ``assignments`` where run, fence and status still match, and the
+    new journal rows (``rows``: the values of the step columns, database-ready)."""
 
     run_id: Any  # database-ready
     fence: int
@@ -42,16 +58,28 @@ class StepCommit:
     assignments: tuple[str, ...]  # run columns set, in the order of ``values``
     values: list[Any]
     rows: list[list[Any]]
-    # Set once the commit was sent: whether the fence held, and the ids of the new rows by seq.
+    # Once sent: whether the fence held, and the ids of the new rows by seq.
     held: bool | None = None
     ids: dict[int, int] = field(default_factory=dict)
-    alone: bool = False  # the group failed: send it again on its own
-    _woken: threading.Event | None = None  # made only when it has to wait
-    _leads: bool = False
+    state: str = QUEUED
+    error: BaseException | None = None
+    woken: threading.Event | None = None  # made only when it has to wait
+
+    @property
+    def parameters(self) -> int:
+        return len(self.values) + 3 + sum(len(row) for row in self.rows)
+
+
+@dataclass(frozen=True)
+class Tables:
+    run: str
+    step: str
+    step_columns: tuple[str, ...]
+    step_types: tuple[str, ...]
 
 
 class _Queue:
-    """The commits waiting for the statement in flight on one database."""
+    """The commits waiting for the statement in flight on one database (and session)."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -59,111 +87,193 @@ class _Queue:
         self.busy = False
 
 
-_queues: dict[str, _Queue] = {}
+_queues: dict[tuple[str, Any], _Queue] = {}
 _queues_lock = threading.Lock()
 
 
-def _queue(alias: str) -> _Queue:
-    queue = _queues.get(alias)
+def _forget_queues() -> None:
+    global _queues_lock
+    _queues.clear()  # a forked child has none of its parent's threads, in flight or waiting
+    _queues_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_queues)
+
+
+def _queue(connection: BaseDatabaseWrapper) -> _Queue:
+    key = (connection.alias, getattr(connection, "schema_name", None))
+    queue = _queues.get(key)
     if queue is None:
         with _queues_lock:
-            queue = _queues.setdefault(alias, _Queue())
+            queue = _queues.setdefault(key, _Queue())
     return queue
 
 
-def commit(connection: BaseDatabaseWrapper, mine: StepCommit, columns: tuple[str, ...], types: tuple[str, ...],
-           run_table: str, step_table: str) -> None:
-    """Send ``mine`` (alone or with the commits waiting beside it); sets ``mine.held`` and ``mine.ids``, or
+def commit(connection: BaseDatabaseWrapper, mine: StepCommit, tables: Tables) -> None:
+    """Send ``mine``, alone or with the commits waiting beside it; sets ``mine.held`` and ``mine.ids``, or
     raises the database's error for it."""
     if not weft_settings.GROUP_COMMIT:
-        _send(connection, [mine], columns, types, run_table, step_table)
+        _send_alone(connection, mine, tables)
         return
-    queue = _queue(connection.alias)
+    queue = _queue(connection)
     with queue.lock:
         if queue.busy:
-            mine._woken = threading.Event()
+            mine.woken = threading.Event()
             queue.waiting.append(mine)
         else:
-            queue.busy = mine._leads = True
-    if mine._woken is not None:
-        mine._woken.wait()
-        if not mine._leads:  # sent with the group, or to be sent alone
-            if mine.alone:
-                _send(connection, [mine], columns, types, run_table, step_table)
+            queue.busy, mine.state = True, LEADS
+    if mine.state != LEADS:
+        _wait(queue, mine)
+        if mine.state == DONE:
             return
-    _lead(connection, queue, mine, columns, types, run_table, step_table)
+        if mine.state == FAILED:
+            assert mine.error is not None
+            raise mine.error
+        if mine.state == ALONE:
+            _send_alone(connection, mine, tables)
+            return
+    _lead(connection, queue, mine, tables)
 
 
-def _lead(connection: BaseDatabaseWrapper, queue: _Queue, mine: StepCommit, columns: tuple[str, ...],
-          types: tuple[str, ...], run_table: str, step_table: str) -> None:
-    with queue.lock:
-        others, queue.waiting = queue.waiting[:MAX_GROUP - 1], queue.waiting[MAX_GROUP - 1:]
-    group = [mine, *others]
-    failure: DatabaseError | None = None
-    sent = False
+def _wait(queue: _Queue, mine: StepCommit) -> None:
+    assert mine.woken is not None
     try:
-        _send(connection, group, columns, types, run_table, step_table)
-        sent = True
-    except DatabaseError as exc:
-        failure = exc
+        mine.woken.wait()
+    except BaseException:
+        # Interrupted (Ctrl-C in a weft.run() caller): leave the queue as if this commit had never come.
+        with queue.lock:
+            if mine in queue.waiting:
+                queue.waiting.remove(mine)
+            elif mine.state == LEADS:
+                _hand_on(queue)
+        raise
+
+
+def _hand_on(queue: _Queue) -> None:
+    """Under ``queue.lock``: the first waiting commit leads the next group, or the queue is idle."""
+    if queue.waiting:
+        following = queue.waiting.pop(0)
+        following.state = LEADS
+        assert following.woken is not None
+        following.woken.set()
+    else:
+        queue.busy = False
+
+
+def _lead(connection: BaseDatabaseWrapper, queue: _Queue, mine: StepCommit, tables: Tables) -> None:
+    group = [mine]
+    sending = False
+    try:
+        with queue.lock:
+            budget = MAX_PARAMETERS - mine.parameters
+            while queue.waiting and len(group) < MAX_GROUP and queue.waiting[0].parameters <= budget:
+                budget -= queue.waiting[0].parameters
+                group.append(queue.waiting.pop(0))
+        sending = True
+        locked = _send_group(connection, group, tables)
+        outcome, error = DONE, None
+    except BaseException as exc:
+        locked, error = [], exc
+        # Rolled back by the server (it names why) or never sent: each is sent again alone. Sent and then lost:
+        # it may have committed, so each run is left to its lease, as a lone commit's would be.
+        outcome = ALONE if not sending or _rolled_back(exc) else FAILED
     finally:
-        for other in others:
-            other.alone = not sent
-            other._woken.set()  # type: ignore[union-attr]  # a waiting commit has its event
-        with queue.lock:  # the next waiting commit leads the next group
-            if queue.waiting:
-                following = queue.waiting.pop(0)
-                following._leads = True
-                following._woken.set()  # type: ignore[union-attr]
-            else:
-                queue.busy = False
-    if failure is not None:
-        if not others:
-            raise failure
-        _send(connection, [mine], columns, types, run_table, step_table)
+        with queue.lock:
+            _hand_on(queue)
+    for other in group[1:]:
+        if outcome == FAILED:
+            other.error = OperationalError(f"a group commit's reply was lost: {error}")
+        other.state = ALONE if outcome == DONE and other not in locked else outcome
+        assert other.woken is not None
+        other.woken.set()
+    if error is not None:
+        if outcome == FAILED or len(group) == 1 or not isinstance(error, DatabaseError):
+            raise error
+        _send_alone(connection, mine, tables)
+    elif mine not in locked:
+        _send_alone(connection, mine, tables)  # its row was busy: wait for it alone, holding up nobody
 
 
-def _send(connection: BaseDatabaseWrapper, group: list[StepCommit], columns: tuple[str, ...],
-          types: tuple[str, ...], run_table: str, step_table: str) -> None:
-    # Rows locked in one order by every group, so two groups never deadlock on each other.
-    group = sorted(group, key=lambda c: str(c.run_id)) if len(group) > 1 else group
-    shape = tuple((c.assignments, len(c.rows)) for c in group)
-    sql = _statement(shape, columns, types, run_table, step_table)
-    params: list[Any] = []
+def _rolled_back(exc: BaseException) -> bool:
+    """Whether the database answered ``exc`` (a SQLSTATE: the statement was rolled back), rather than the
+    connection failing with the outcome unknown."""
+    cause = exc.__cause__ if isinstance(exc, DatabaseError) else None
+    return getattr(cause, "sqlstate", None) is not None
+
+
+def _send_alone(connection: BaseDatabaseWrapper, mine: StepCommit, tables: Tables) -> None:
+    """One commit in its own statement, waiting for its row's lock as needed."""
+    params = [*mine.values, mine.run_id, mine.fence, mine.status, *(value for row in mine.rows for value in row)]
+    with bound_cursor(connection) as cursor:
+        cursor.execute(_alone_statement(mine.assignments, len(mine.rows), tables), params)
+        returned = cursor.fetchall()
+    _read(mine, returned)
+
+
+def _read(mine: StepCommit, returned: list[tuple]) -> None:
+    mine.held = False
+    for kind, seq, pk in returned:
+        if kind == "u":
+            mine.held = True
+        else:
+            mine.ids[seq] = pk
+    mine.state = DONE
+
+
+def _send_group(connection: BaseDatabaseWrapper, group: list[StepCommit], tables: Tables) -> list[StepCommit]:
+    """Send ``group`` as one statement; returns the commits whose rows it could lock (each of them DONE)."""
+    params: list[Any] = [c.run_id for c in group]
     for c in group:
-        params += [*c.values, c.run_id, c.fence, c.status]
-        for row in c.rows:
-            params += row
+        params += [*c.values, c.run_id, c.fence, c.status, *(value for row in c.rows for value in row)]
+    sql = _group_statement(tuple((c.assignments, len(c.rows)) for c in group), tables)
     with bound_cursor(connection) as cursor:
         cursor.execute(sql, params)
         returned = cursor.fetchall()
-    by_run = {str(c.run_id): c for c in group}
-    for c in group:
-        c.held = False
-    for run_id, seq, pk in returned:
-        c = by_run[str(run_id)]
-        if seq is None:
-            c.held = True
-        else:
-            c.ids[seq] = pk
+    locked_runs = {str(run_id) for position, kind, _, _, run_id in returned if kind == "l"}
+    by_position: dict[int, list[tuple]] = {}
+    for position, kind, seq, pk, _ in returned:
+        if kind != "l":
+            by_position.setdefault(position, []).append((kind, seq, pk))
+    locked = [c for c in group if str(c.run_id) in locked_runs]
+    for position, c in enumerate(group):
+        if c in locked:
+            _read(c, by_position.get(position, []))
+    return locked
+
+
+@lru_cache(maxsize=64)
+def _alone_statement(assigned: tuple[str, ...], rows: int, tables: Tables) -> str:
+    sets = ", ".join(f'"{column}" = %s' for column in assigned)
+    sql = (f'WITH u AS (UPDATE "{tables.run}" SET {sets} WHERE "run_id" = %s AND "fence" = %s AND "status" = %s '
+           'RETURNING "run_id")')
+    if rows:
+        sql += f", i AS ({_insert('u', rows, tables)})"
+    return sql + " SELECT 'u', NULL::integer, NULL::bigint FROM u" + (
+        " UNION ALL SELECT 'i', seq, id FROM i" if rows else "")
+
+
+def _insert(updated: str, rows: int, tables: Tables) -> str:
+    names = ", ".join(f'"{c}"' for c in tables.step_columns)
+    row = "(" + ", ".join(f"%s::{t}" for t in tables.step_types) + ")"
+    return (f'INSERT INTO "{tables.step}" ("run_id", {names}) SELECT {updated}.run_id, v.* FROM {updated}, '
+            f"(VALUES {', '.join([row] * rows)}) AS v({names}) RETURNING \"seq\", \"id\"")
 
 
 @lru_cache(maxsize=512)
-def _statement(shape: tuple[tuple[tuple[str, ...], int], ...], columns: tuple[str, ...], types: tuple[str, ...],
-               run_table: str, step_table: str) -> str:
-    """The statement for a group of this shape (per commit: the run columns it sets, how many rows it adds):
-    ``(run_id, NULL, NULL)`` for each run whose fence held, ``(run_id, seq, id)`` for each row added."""
-    names = ", ".join(f'"{c}"' for c in columns)
-    row = "(" + ", ".join(f"%s::{t}" for t in types) + ")"
-    ctes, selects = [], []
+def _group_statement(shape: tuple[tuple[tuple[str, ...], int], ...], tables: Tables) -> str:
+    """The statement for a group of this shape (per commit: the run columns it sets, how many rows it adds).
+    Rows returned: ``(NULL, 'l', NULL, NULL, run_id)`` for each run whose row it locked, and per commit
+    (by position) ``'u'`` if its fence held and ``'i', seq, id`` for each row it added."""
+    ids = ", ".join(["%s"] * len(shape))
+    ctes = [f'locked AS (SELECT "run_id" FROM "{tables.run}" WHERE "run_id" IN ({ids}) FOR UPDATE SKIP LOCKED)']
+    selects = ["SELECT NULL::integer, 'l', NULL::integer, NULL::bigint, run_id FROM locked"]
     for i, (assigned, rows) in enumerate(shape):
         sets = ", ".join(f'"{column}" = %s' for column in assigned)
-        ctes.append(f'u{i} AS (UPDATE "{run_table}" SET {sets} WHERE "run_id" = %s AND "fence" = %s '
-                    'AND "status" = %s RETURNING "run_id")')
-        selects.append(f"SELECT run_id, NULL::integer, NULL::bigint FROM u{i}")
+        ctes.append(f'u{i} AS (UPDATE "{tables.run}" SET {sets} WHERE "run_id" = %s AND "fence" = %s '
+                    'AND "status" = %s AND "run_id" IN (SELECT "run_id" FROM locked) RETURNING "run_id")')
+        selects.append(f"SELECT {i}, 'u', NULL::integer, NULL::bigint, run_id FROM u{i}")
         if rows:
-            ctes.append(f'i{i} AS (INSERT INTO "{step_table}" ("run_id", {names}) SELECT u{i}.run_id, v.* '
-                        f"FROM u{i}, (VALUES {', '.join([row] * rows)}) AS v({names}) "
-                        'RETURNING "run_id", "seq", "id")')
-            selects.append(f"SELECT run_id, seq, id FROM i{i}")
+            ctes.append(f"i{i} AS ({_insert(f'u{i}', rows, tables)})")
+            selects.append(f"SELECT {i}, 'i', seq, id, NULL::uuid FROM i{i}")
     return f"WITH {', '.join(ctes)} {' UNION ALL '.join(selects)}"

@@ -223,6 +223,12 @@ def _fields(model: type[Model], names: tuple[str, ...]) -> tuple[Field, ...]:
     return tuple(cast(Field, model._meta.get_field(name)) for name in names)
 
 
+@cache
+def _tables() -> group_commit.Tables:
+    return group_commit.Tables(run=Workflow._meta.db_table, step=WorkflowStep._meta.db_table,
+                               step_columns=_STEP_COLUMNS, step_types=_STEP_TYPES)
+
+
 def write_in_one_statement(run_id: Any, fence: int, status: str, fields: dict[str, Any],
                            writes: Sequence[JournalWrite]) -> bool | None:
     """PostgreSQL, outside any transaction: the fenced run UPDATE plus new steps as one statement.
@@ -249,8 +255,7 @@ def write_in_one_statement(run_id: Any, fence: int, status: str, fields: dict[st
     request = group_commit.StepCommit(
         run_id=Workflow._meta.pk.get_db_prep_save(run_id, connection), fence=fence, status=status,
         assignments=tuple(field.column for field in _fields(Workflow, assigned)), values=values, rows=rows)
-    group_commit.commit(connection, request, _STEP_COLUMNS, _STEP_TYPES, Workflow._meta.db_table,
-                        WorkflowStep._meta.db_table)
+    group_commit.commit(connection, request, _tables())
     if not request.held:
         return False
     for step in steps:
