@@ -12,10 +12,12 @@ What each commit keeps, grouped or not:
 * its own fence: each UPDATE of a group names its run, fence and status, and a commit whose fence moved gets
   no rows and is told so while the others commit. Outcomes are matched to commits by position, so two commits
   of one run (a stale execution beside the one that took the run over) each get their own;
-* no waiting on others' locks: a group locks its runs' rows with ``SKIP LOCKED``, and a commit whose row
-  another transaction holds (an operator's cancel, a parent closing its children) is sent again alone, on its
-  own thread, once the group is done; so a group never waits for a lock, cannot deadlock, and one busy run
-  holds up no other;
+* no waiting on others' locks: a group of two or more locks its runs' rows with ``SKIP LOCKED``, and a commit
+  whose row another transaction holds (an operator's cancel, a parent closing its children) is sent again
+  alone, on its own thread, once the group is done; so a group never waits for a lock and cannot deadlock. A
+  lone commit goes in the plain (cheaper) form, which does wait for its row: a commit that has waited
+  ``WAIT_LIMIT`` for it goes alone, and so do the following ones until that statement returns; one busy run
+  holds up no other for longer than that;
 * its own error: a group the database refused (it rolled the statement back: a value one step cannot store)
   is sent again commit by commit, so each gets its own outcome. When the reply was lost (the connection
   broke: the statement may or may not have committed) every commit of the group gets a transient error, as a
@@ -43,6 +45,9 @@ from .conf import weft_settings
 # The most commits, and about the most parameters, one group statement carries (PostgreSQL takes 65,535).
 MAX_GROUP = 32
 MAX_PARAMETERS = 20_000
+# A commit waits this long for the statement in flight; then it goes alone (that statement may be waiting for
+# a row lock: a lone commit is sent in the plain form, which waits, since it is cheaper than a group's).
+WAIT_LIMIT = 0.05
 
 QUEUED, LEADS, DONE, ALONE, FAILED = "queued", "leads", "done", "alone", "failed"
 
@@ -85,6 +90,7 @@ class _Queue:
         self.lock = threading.Lock()
         self.waiting: list[StepCommit] = []
         self.busy = False
+        self.stuck = False  # a commit gave up waiting for the statement in flight: later ones do not wait
 
 
 _queues: dict[tuple[str, Any], _Queue] = {}
@@ -118,11 +124,16 @@ def commit(connection: BaseDatabaseWrapper, mine: StepCommit, tables: Tables) ->
         return
     queue = _queue(connection)
     with queue.lock:
-        if queue.busy:
+        if not queue.busy:
+            queue.busy, mine.state = True, LEADS
+        elif queue.stuck:
+            mine.state = ALONE
+        else:
             mine.woken = threading.Event()
             queue.waiting.append(mine)
-        else:
-            queue.busy, mine.state = True, LEADS
+    if mine.state == ALONE:
+        _send_alone(connection, mine, tables)
+        return
     if mine.state != LEADS:
         _wait(queue, mine)
         if mine.state == DONE:
@@ -139,7 +150,13 @@ def commit(connection: BaseDatabaseWrapper, mine: StepCommit, tables: Tables) ->
 def _wait(queue: _Queue, mine: StepCommit) -> None:
     assert mine.woken is not None
     try:
-        mine.woken.wait()
+        if not mine.woken.wait(WAIT_LIMIT):
+            with queue.lock:
+                if mine in queue.waiting:  # the statement in flight is slow (a lone one waits for a lock)
+                    queue.waiting.remove(mine)
+                    queue.stuck, mine.state = True, ALONE
+                    return
+            mine.woken.wait()  # taken into a group (which waits for no lock) or made the next leader
     except BaseException:
         # Interrupted (Ctrl-C in a weft.run() caller): leave the queue as if this commit had never come.
         with queue.lock:
@@ -152,6 +169,7 @@ def _wait(queue: _Queue, mine: StepCommit) -> None:
 
 def _hand_on(queue: _Queue) -> None:
     """Under ``queue.lock``: the first waiting commit leads the next group, or the queue is idle."""
+    queue.stuck = False
     if queue.waiting:
         following = queue.waiting.pop(0)
         following.state = LEADS
@@ -171,7 +189,11 @@ def _lead(connection: BaseDatabaseWrapper, queue: _Queue, mine: StepCommit, tabl
                 budget -= queue.waiting[0].parameters
                 group.append(queue.waiting.pop(0))
         sending = True
-        locked = _send_group(connection, group, tables)
+        if len(group) == 1:
+            _send_alone(connection, mine, tables)
+            locked = [mine]
+        else:
+            locked = _send_group(connection, group, tables)
         outcome, error = DONE, None
     except BaseException as exc:
         locked, error = [], exc
