@@ -28,5 +28,5 @@ def bound_cursor(connection: BaseDatabaseWrapper) -> Any:
     if not isinstance(raw, psycopg.Connection):  # psycopg2: it binds on the client whatever the cursor
         return connection.cursor()
     with connection.wrap_database_errors:
-        cursor = psycopg.Cursor(raw)
+        cursor: Any = psycopg.Cursor(raw)  # the stubs take only Django's wrapper; the methods take any DB-API cursor
     return connection.make_debug_cursor(cursor) if connection.queries_logged else connection.make_cursor(cursor)

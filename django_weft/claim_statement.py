@@ -43,15 +43,19 @@ def _sql(one_run: bool) -> str:
     '''
 
 
+# A claimed run as it is now, with its status and lease owner before the claim, and whether it never started.
+Claimed = tuple[Workflow, str, str, bool]
+
+
 def claim_in_one_statement(owner: str, now: datetime, limit: int, run_id: Any,
-                           lease_expiry: datetime) -> list[Workflow] | None:
-    """The claimed runs as they are now, each with ``weft_previous_status``, ``weft_previous_owner`` and
-    ``weft_fresh`` (never started before); None where this does not apply (another database, or inside a
-    transaction, which the ORM's claim joins)."""
+                           lease_expiry: datetime) -> list[Claimed] | None:
+    """The claimed runs; None where this does not apply (another database, or inside a transaction, which the
+    ORM's claim joins)."""
     alias = router.db_for_write(Workflow)
     connection = connections[alias]
     if connection.vendor != "postgresql" or connection.in_atomic_block:
         return None
     params: list[Any] = [now, *([run_id] if run_id is not None else []), limit, now, RunStatus.PENDING,
                          TimerPurpose.DELAYED_START, RunStatus.RUNNING, owner, lease_expiry, now, now]
-    return list(Workflow.objects.using(alias).raw(_sql(run_id is not None), params))
+    rows: Any = Workflow.objects.using(alias).raw(_sql(run_id is not None), params)  # with 3 more columns each
+    return [(row, row.weft_previous_status, row.weft_previous_owner, row.weft_fresh) for row in rows]

@@ -208,7 +208,7 @@ def insert_row(obj: Model) -> None:
 
 @cache
 def _insertable(model: type[Model]) -> tuple[Field, ...]:
-    return tuple(cast(Field, f) for f in model._meta.concrete_fields if not getattr(f, "generated", False))
+    return tuple(f for f in model._meta.concrete_fields if not getattr(f, "generated", False))
 
 
 @lru_cache(maxsize=64)
@@ -254,7 +254,7 @@ def write_in_one_statement(run_id: Any, fence: int, status: str, fields: dict[st
             for step in steps]
     request = group_commit.StepCommit(
         run_id=Workflow._meta.pk.get_db_prep_save(run_id, connection), fence=fence, status=status,
-        assignments=tuple(field.column for field in _fields(Workflow, assigned)), values=values, rows=rows)
+        assignments=tuple(str(field.column) for field in _fields(Workflow, assigned)), values=values, rows=rows)
     group_commit.commit(connection, request, _tables())
     if not request.held:
         return False

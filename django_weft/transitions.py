@@ -147,17 +147,16 @@ class Claim:
 def claim(owner: str, now: datetime, limit: int, *, run_id: Any = None) -> list[Claim]:
     """Take up to ``limit`` runnable runs (due timers, delayed starts, expired leases) for ``owner``;
     with ``run_id``, that run only, if it is runnable."""
-    rows = claim_statement.claim_in_one_statement(owner, now, limit, run_id, _lease_expiry(now))
-    if rows is None:
-        rows = _claim_with_the_orm(owner, now, limit, run_id)
-    return [Claim(run=row, fence=row.fence, owner=owner, previous_status=row.weft_previous_status,
-                  previous_owner=row.weft_previous_owner, fresh=row.weft_fresh, inbox_seen=row.inbox_seq)
-            for row in rows]
+    claimed = claim_statement.claim_in_one_statement(owner, now, limit, run_id, _lease_expiry(now))
+    if claimed is None:
+        claimed = _claim_with_the_orm(owner, now, limit, run_id)
+    return [Claim(run=row, fence=row.fence, owner=owner, previous_status=previous, previous_owner=previous_owner,
+                  fresh=fresh, inbox_seen=row.inbox_seq) for row, previous, previous_owner, fresh in claimed]
 
 
-def _claim_with_the_orm(owner: str, now: datetime, limit: int, run_id: Any) -> list[Workflow]:
-    """:func:`claim` in a transaction (other databases, or inside the caller's transaction): the claimed rows
-    as they are now, with the ``weft_previous_*`` and ``weft_fresh`` that claim_statement returns."""
+def _claim_with_the_orm(owner: str, now: datetime, limit: int, run_id: Any) -> list[claim_statement.Claimed]:
+    """:func:`claim` in a transaction (other databases, or inside the caller's transaction), returning what
+    claim_statement does."""
     with transaction.atomic():
         runnable = Workflow.objects.runnable(now)
         if run_id is not None:
@@ -180,9 +179,9 @@ def _claim_with_the_orm(owner: str, now: datetime, limit: int, run_id: Any) -> l
             Timer.objects.filter(run_id__in=delayed, purpose="delayed_start", fired_at__isnull=True).update(
                 fired_at=now
             )
+    claimed = []
     for row in rows:
-        row.weft_previous_status, row.weft_previous_owner = row.status, row.lease_owner
-        row.weft_fresh = row.started_at is None
+        claimed.append((row, row.status, row.lease_owner, row.started_at is None))
         row.fence += 1
         row.status = S.RUNNING
         row.lease_owner = owner
@@ -190,7 +189,7 @@ def _claim_with_the_orm(owner: str, now: datetime, limit: int, run_id: Any) -> l
         row.runnable_at = _lease_expiry(now)
         row.wait_reason = ""
         row.updated_at = now
-    return rows
+    return claimed
 
 
 def _refused(claim: Claim) -> FencingError:
