@@ -52,6 +52,9 @@ DEFAULTS: dict[str, Any] = {
     # PostgreSQL: step commits of several runs ready at the same moment (executor threads, weft.run() callers
     # of one process) go as one statement, each still fenced on its own run (django_weft.group_commit).
     "GROUP_COMMIT": True,
+    # PostgreSQL: prepare the engine's hot statements (a run's insert, a step commit) on each connection, whatever
+    # Django's OPTIONS["prepare_threshold"]; a connection whose pooler refuses them stops (django_weft.bound_cursor).
+    "PREPARED_STATEMENTS": True,
     # Celery queue of the django_weft tasks (None: the project's default queue).
     "CELERY_QUEUE": None,
     # Celery: a run that becomes runnable within this many seconds (a short sleep, a retry backoff, a

@@ -249,7 +249,7 @@ def _send_group(connection: BaseDatabaseWrapper, group: list[StepCommit], tables
     for c in group:
         params += [*c.values, c.run_id, c.fence, c.status, *(value for row in c.rows for value in row)]
     sql = _group_statement(tuple((c.assignments, len(c.rows)) for c in group), tables)
-    with bound_cursor(connection) as cursor:
+    with bound_cursor(connection, prepare=False) as cursor:  # of many shapes, each planned once per group
         cursor.execute(sql, params)
         returned = cursor.fetchall()
     locked_runs = {str(run_id) for position, kind, _, _, run_id in returned if kind == "l"}
