@@ -50,8 +50,10 @@ DEFAULTS: dict[str, Any] = {
     # instead of at their next poll. Ignored on other databases.
     "NOTIFY": True,
     # PostgreSQL: step commits of several runs ready at the same moment (executor threads, weft.run() callers
-    # of one process) go as one statement, each still fenced on its own run (django_weft.group_commit).
-    "GROUP_COMMIT": True,
+    # of one process) go as one statement, each still fenced on its own run (django_weft.group_commit). Off by
+    # default: it sends fewer commits but keeps one statement in flight per process, which was slower where the
+    # database's CPU, not its commits, was the limit (README, Benchmarks).
+    "GROUP_COMMIT": False,
     # PostgreSQL: prepare the engine's hot statements (a run's insert, a step commit) on each connection, whatever
     # Django's OPTIONS["prepare_threshold"]; a connection whose pooler refuses them stops (django_weft.bound_cursor).
     "PREPARED_STATEMENTS": True,

@@ -77,8 +77,8 @@ WEFT_SCHEDULES = {
 WEFT_EXECUTOR = os.environ.get("WEFT_EXECUTOR", "loop")
 # PostgreSQL LISTEN/NOTIFY wake-ups for idle loops (WEFT_NOTIFY=0 turns them off, for comparison).
 WEFT_NOTIFY = os.environ.get("WEFT_NOTIFY", "1") == "1"
-# PostgreSQL group commit of step commits ready at the same moment (WEFT_GROUP_COMMIT=0 turns it off, to compare).
-WEFT_GROUP_COMMIT = os.environ.get("WEFT_GROUP_COMMIT", "1") == "1"
+# PostgreSQL group commit of step commits ready at the same moment (off by default; WEFT_GROUP_COMMIT=1, to compare).
+WEFT_GROUP_COMMIT = os.environ.get("WEFT_GROUP_COMMIT", "0") == "1"
 # PostgreSQL prepared statements for the engine's hot statements (WEFT_PREPARED_STATEMENTS=0 turns them off).
 WEFT_PREPARED_STATEMENTS = os.environ.get("WEFT_PREPARED_STATEMENTS", "1") == "1"
 # Prometheus metrics and OpenTelemetry spans: on when installed (WEFT_METRICS=0, WEFT_TRACING=0 turn them off,
