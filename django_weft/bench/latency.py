@@ -10,6 +10,13 @@ The update pass, in the same loop, sends M updates one at a time (again after a 
 ``weft.bench.updates`` parked in ``wait_condition``, and times each ``handle.update()`` call as the caller sees
 it; with NOTIFY on, both the loop's wake-up and the caller's wait for the reply use LISTEN/NOTIFY.
 
+The start pass, last in the same loop, starts M runs of ``weft.bench`` (:data:`START_STEPS` steps) one at a
+time, again after a random pause, each once the previous one has completed (so the loop is idle at each
+start): ``start_to_completion`` times each from just before ``weft.start()`` to the moment the bench sees it
+completed (polling its row every :data:`LATENCY_POLL_SECONDS`), and ``row`` its ``finished_at - created_at``
+(the engine's own timestamps: the start's commit to the completion's). With NOTIFY on, the start's NOTIFY
+wakes the loop; off, the loop finds the run at its next poll.
+
 Importing this module registers the ``weft.bench.wait`` and ``weft.bench.updates`` workflows; every
 ``weft_maintenance`` child of the bench imports it (:func:`~django_weft.bench.subprocesses.maintenance_child`)
 to execute those runs.
@@ -31,13 +38,23 @@ from django.test.utils import override_settings
 from .. import clock
 from ..conf import weft_settings
 from ..registry import workflow
-from .core import BenchError, chunks, delete_bench_runs, load_average, percentile, round_ms
+from .core import (
+    BENCH_WORKFLOW,
+    BenchError,
+    bench_workflow,
+    chunks,
+    delete_bench_runs,
+    load_average,
+    percentile,
+    round_ms,
+)
 from .subprocesses import READY_LINE, Children
 
 WAIT_WORKFLOW = "weft.bench.wait"
 WAIT_SIGNAL = "go"
 LATENCY_POLL_SECONDS = 0.01
 DEFAULT_LATENCY_INTERVAL = 1.0
+START_STEPS = 3  # the steps of each run of the start pass
 
 
 @workflow(name=WAIT_WORKFLOW)
@@ -117,7 +134,30 @@ def _wait_all_waiting(run_ids: list, children: Children, timeout: float) -> None
         time.sleep(0.05)
 
 
-def _finished_at(run_id: Any, children: Children, timeout: float) -> datetime:
+def _start_to_completion(count: int, steps: int, interval: float, rng: random.Random, children: Children,
+                         run_ids: list) -> tuple[list[float], list[float]]:
+    """Start ``count`` ``steps``-step bench runs one at a time, each after a random pause once the previous
+    one completed; (ms from just before ``start()`` to the bench seeing it completed, ms ``finished_at -
+    created_at``) per run. Appends each run's id to ``run_ids`` (for the clean-up) as soon as it exists."""
+    from .. import client
+    from ..models import Workflow
+
+    timeout = max(30.0, 10 * interval)
+    seen: list[float] = []
+    row: list[float] = []
+    for _ in range(count):
+        time.sleep(rng.uniform(0, interval))
+        before = time.perf_counter()
+        run_id = client.start(bench_workflow, steps).run_id
+        run_ids.append(run_id)
+        finished_at = _finished_at(run_id, children, timeout, after="its start")
+        seen.append((time.perf_counter() - before) * 1000)
+        created_at = Workflow.objects.filter(pk=run_id).values_list("created_at", flat=True).get()
+        row.append((finished_at - created_at).total_seconds() * 1000)
+    return seen, row
+
+
+def _finished_at(run_id: Any, children: Children, timeout: float, after: str = "its signal") -> datetime:
     from ..models import RunStatus, Workflow
 
     deadline = time.monotonic() + timeout
@@ -126,21 +166,22 @@ def _finished_at(run_id: Any, children: Children, timeout: float) -> datetime:
             "status", "finished_at", "error").get()
         if finished_at is not None:
             if status != RunStatus.COMPLETED:
-                raise BenchError(f"run {run_id} ended {status} after its signal: {error}")
+                raise BenchError(f"run {run_id} ended {status} after {after}: {error}")
             return finished_at
         if time.monotonic() > deadline:
-            raise BenchError(f"run {run_id} had not finished {timeout:g}s after its signal ({status})\n"
+            raise BenchError(f"run {run_id} had not finished {timeout:g}s after {after} ({status})\n"
                              f"{children.describe()}")
-        children.check_alive("waiting for a signalled run")
+        children.check_alive(f"waiting for a run to finish after {after}")
         time.sleep(LATENCY_POLL_SECONDS)
 
 
 def _latency_pass(*, runs: int, interval: float, notify: bool, keep: bool, rng: random.Random,
-                  progress: Callable[[str], None]) -> dict[str, Any]:
+                  progress: Callable[[str], None], steps: int = START_STEPS) -> dict[str, Any]:
     from .. import client
 
     label = "on" if notify else "off"
     run_ids: list = []
+    start_ids: list = []
     latencies: list[float] = []
     since = clock.now()
     try:
@@ -162,26 +203,34 @@ def _latency_pass(*, runs: int, interval: float, notify: bool, keep: bool, rng: 
                 latencies.append((finished_at.timestamp() - sent) * 1000)
             progress(f"notify {label}: sending {runs} update(s) one by one")
             updates = _update_round_trips(runs, interval, rng, children)
+            progress(f"notify {label}: starting {runs} run(s) of {BENCH_WORKFLOW} x {steps} steps one by one")
+            load_starts = load_average()
+            seen, row = _start_to_completion(runs, steps, interval, rng, children, start_ids)
             load_after = load_average()
             children.stop()
     finally:
         if not keep:
             delete_bench_runs(run_ids, WAIT_WORKFLOW, since)
             delete_bench_runs([], UPDATE_WORKFLOW, since)
+            delete_bench_runs(start_ids, BENCH_WORKFLOW, since)
     return {
         "notify": notify,
         "wakeups": line.split(", ", 1)[-1].split(";")[0],
         **_summary(latencies),
         "update_round_trip": _summary(updates),
+        # Just before weft.start() to the bench seeing the run completed; "row": its finished_at - created_at.
+        "start_to_completion": {"steps": steps, **_summary(seen), "row": _summary(row),
+                                "loadavg_before": load_starts},
         "loadavg_before": load_before,
         "loadavg_after": load_after,
     }
 
 
 def run_latency_bench(*, runs: int, interval: float = DEFAULT_LATENCY_INTERVAL, keep: bool = False,
-                      seed: int | None = None,
+                      seed: int | None = None, steps: int = START_STEPS,
                       progress: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
-    """Signal-to-resume latency of an idle ``weft_maintenance`` loop (``--interval``), NOTIFY on and off."""
+    """Signal-to-resume latency of an idle ``weft_maintenance`` loop (``--interval``), the update round trip
+    and the start-to-completion of ``steps``-step runs, NOTIFY on and off."""
     from ..models import Workflow
 
     if weft_settings.EXECUTOR == "celery":
@@ -194,7 +243,7 @@ def run_latency_bench(*, runs: int, interval: float = DEFAULT_LATENCY_INTERVAL, 
     results = {}
     for notify in (True, False):
         results["on" if notify else "off"] = _latency_pass(runs=runs, interval=interval, notify=notify,
-                                                           keep=keep, rng=rng, progress=progress)
+                                                           keep=keep, rng=rng, progress=progress, steps=steps)
     return {
         "mode": "latency",
         "vendor": vendor,

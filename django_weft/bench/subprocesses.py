@@ -6,6 +6,9 @@ inherit this process's environment (``DJANGO_SETTINGS_MODULE``, ``DATABASE_URL``
 is not the bench's. Their output goes to files whose tail every :class:`~django_weft.bench.core.BenchError`
 quotes; every wait is bounded. At the end they get SIGTERM (SIGKILL after :data:`STOP_SECONDS`); on any
 error, SIGKILL.
+
+:func:`proc_memory_mb` reads a child's resident set (``VmRSS``) and its peak (``VmHWM``, the high-water mark)
+from ``/proc/<pid>/status``: Linux only, None elsewhere (and for a process already gone).
 """
 
 from __future__ import annotations
@@ -69,6 +72,26 @@ def maintenance_child() -> None:
     call_command("weft_maintenance", *sys.argv[1:])
 
 
+# --- memory of a process -------------------------------------------------------------------------------
+
+MEMORY_FIELDS = ("VmRSS", "VmHWM")
+
+
+def proc_memory_mb(pid: int) -> dict[str, float | None]:
+    """``VmRSS`` and ``VmHWM`` of process ``pid`` in MiB (from ``/proc/<pid>/status``, which gives kB), one
+    decimal; None for each when there is no such file (not Linux, or the process is gone)."""
+    found: dict[str, float | None] = dict.fromkeys(MEMORY_FIELDS)
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as status:
+            for line in status:
+                name, _, value = line.partition(":")
+                if name in found:
+                    found[name] = round(int(value.split()[0]) / 1024, 1)
+    except (OSError, ValueError, IndexError):
+        return dict.fromkeys(MEMORY_FIELDS)
+    return found
+
+
 # --- subprocesses --------------------------------------------------------------------------------------
 
 
@@ -116,6 +139,10 @@ class Child:
             return self.stdout_path.read_text(errors="replace")
         except OSError:
             return ""
+
+    def memory_mb(self) -> dict[str, float | None]:
+        """Its ``VmRSS`` and ``VmHWM`` now, in MiB (None each while not readable: see :func:`proc_memory_mb`)."""
+        return proc_memory_mb(self.pid) if self.alive else dict.fromkeys(MEMORY_FIELDS)
 
     def line_with(self, text: str) -> str | None:
         return next((line for line in self.stdout().splitlines() if text in line), None)
