@@ -18,12 +18,10 @@ What each commit keeps, grouped or not:
 * its own fence: each UPDATE of a group names its run, fence and status, and a commit whose fence moved gets
   no rows and is told so while the others commit. Outcomes are matched to commits by position, so two commits
   of one run (a stale execution beside the one that took the run over) each get their own;
-* no waiting on others' locks: a group of two or more locks its runs' rows with ``SKIP LOCKED``, and a commit
-  whose row another transaction holds (an operator's cancel, a parent closing its children) is sent again
-  alone, on its own thread, once the group is done; so a group never waits for a lock and cannot deadlock. A
-  lone commit goes in the plain (cheaper) form, which does wait for its row: a commit that has waited
-  ``WAIT_LIMIT`` for it goes alone, and so do the following ones until that statement returns; one busy run
-  holds up no other for longer than that;
+* no waiting on others' locks: a group (a lone commit too, when grouping is on) locks its runs' rows with
+  ``FOR NO KEY UPDATE SKIP LOCKED`` (the lock an UPDATE takes), and a commit whose row another transaction
+  holds (an operator's cancel, a parent closing its children) is sent again alone, on its own thread, once the
+  group is done; so a group never waits for a lock, cannot deadlock, and one busy run holds up no other;
 * its own error: a group the database refused (it rolled the statement back: a value one step cannot store)
   is sent again commit by commit, so each gets its own outcome. When the reply was lost (the connection
   broke: the statement may or may not have committed) every commit of the group gets a transient error, as a
@@ -51,9 +49,6 @@ from .conf import weft_settings
 # The most commits, and about the most parameters, one group statement carries (PostgreSQL takes 65,535).
 MAX_GROUP = 32
 MAX_PARAMETERS = 20_000
-# A commit waits this long for the statement in flight; then it goes alone (that statement may be waiting for
-# a row lock: a lone commit is sent in the plain form, which waits, since it is cheaper than a group's).
-WAIT_LIMIT = 0.05
 
 QUEUED, LEADS, DONE, ALONE, FAILED = "queued", "leads", "done", "alone", "failed"
 
@@ -96,7 +91,6 @@ class _Queue:
         self.lock = threading.Lock()
         self.waiting: list[StepCommit] = []
         self.busy = False
-        self.stuck = False  # a commit gave up waiting for the statement in flight: later ones do not wait
 
 
 _queues: dict[tuple[str, Any], _Queue] = {}
@@ -132,14 +126,9 @@ def commit(connection: BaseDatabaseWrapper, mine: StepCommit, tables: Tables) ->
     with queue.lock:
         if not queue.busy:
             queue.busy, mine.state = True, LEADS
-        elif queue.stuck:
-            mine.state = ALONE
         else:
             mine.woken = threading.Event()
             queue.waiting.append(mine)
-    if mine.state == ALONE:
-        _send_alone(connection, mine, tables)
-        return
     if mine.state != LEADS:
         _wait(queue, mine)
         if mine.state == DONE:
@@ -156,13 +145,7 @@ def commit(connection: BaseDatabaseWrapper, mine: StepCommit, tables: Tables) ->
 def _wait(queue: _Queue, mine: StepCommit) -> None:
     assert mine.woken is not None
     try:
-        if not mine.woken.wait(WAIT_LIMIT):
-            with queue.lock:
-                if mine in queue.waiting:  # the statement in flight is slow (a lone one waits for a lock)
-                    queue.waiting.remove(mine)
-                    queue.stuck, mine.state = True, ALONE
-                    return
-            mine.woken.wait()  # taken into a group (which waits for no lock) or made the next leader
+        mine.woken.wait()  # the statement in flight waits for no lock: it returns soon
     except BaseException:
         # Interrupted (Ctrl-C in a weft.run() caller): leave the queue as if this commit had never come.
         with queue.lock:
@@ -175,7 +158,6 @@ def _wait(queue: _Queue, mine: StepCommit) -> None:
 
 def _hand_on(queue: _Queue) -> None:
     """Under ``queue.lock``: the first waiting commit leads the next group, or the queue is idle."""
-    queue.stuck = False
     if queue.waiting:
         following = queue.waiting.pop(0)
         following.state = LEADS
@@ -188,6 +170,7 @@ def _hand_on(queue: _Queue) -> None:
 def _lead(connection: BaseDatabaseWrapper, queue: _Queue, mine: StepCommit, tables: Tables) -> None:
     group = [mine]
     sending = False
+    outcome, error, locked = ALONE, None, []  # what the followers learn if this thread is interrupted at once
     try:
         with queue.lock:
             budget = MAX_PARAMETERS - mine.parameters
@@ -195,11 +178,7 @@ def _lead(connection: BaseDatabaseWrapper, queue: _Queue, mine: StepCommit, tabl
                 budget -= queue.waiting[0].parameters
                 group.append(queue.waiting.pop(0))
         sending = True
-        if len(group) == 1:
-            _send_alone(connection, mine, tables)
-            locked = [mine]
-        else:
-            locked = _send_group(connection, group, tables)
+        locked = _send_group(connection, group, tables)
         outcome, error = DONE, None
     except BaseException as exc:
         locked, error = [], exc
@@ -207,20 +186,29 @@ def _lead(connection: BaseDatabaseWrapper, queue: _Queue, mine: StepCommit, tabl
         # it may have committed, so each run is left to its lease, as a lone commit's would be.
         outcome = ALONE if not sending or _rolled_back(exc) else FAILED
     finally:
+        # Every follower learns its outcome and is woken, whatever interrupts this thread meanwhile.
         with queue.lock:
+            for other in group[1:]:
+                if outcome == FAILED:
+                    other.error = OperationalError(f"a group commit's reply was lost: {error}")
+                other.state = ALONE if outcome == DONE and other not in locked else outcome
             _hand_on(queue)
-    for other in group[1:]:
-        if outcome == FAILED:
-            other.error = OperationalError(f"a group commit's reply was lost: {error}")
-        other.state = ALONE if outcome == DONE and other not in locked else outcome
-        assert other.woken is not None
-        other.woken.set()
+        _wake(group[1:])
     if error is not None:
         if outcome == FAILED or len(group) == 1 or not isinstance(error, DatabaseError):
             raise error
         _send_alone(connection, mine, tables)
     elif mine not in locked:
         _send_alone(connection, mine, tables)  # its row was busy: wait for it alone, holding up nobody
+
+
+def _wake(commits: list[StepCommit]) -> None:
+    try:
+        for c in commits:
+            c.woken.set()  # type: ignore[union-attr]  # a waiting commit has its event
+    finally:  # again, if interrupted half-way (setting an event twice is harmless)
+        for c in commits:
+            c.woken.set()  # type: ignore[union-attr]
 
 
 def _rolled_back(exc: BaseException) -> bool:
@@ -294,7 +282,8 @@ def _group_statement(shape: tuple[tuple[tuple[str, ...], int], ...], tables: Tab
     Rows returned: ``(NULL, 'l', NULL, NULL, run_id)`` for each run whose row it locked, and per commit
     (by position) ``'u'`` if its fence held and ``'i', seq, id`` for each row it added."""
     ids = ", ".join(["%s"] * len(shape))
-    ctes = [f'locked AS (SELECT "run_id" FROM "{tables.run}" WHERE "run_id" IN ({ids}) FOR UPDATE SKIP LOCKED)']
+    ctes = [f'locked AS (SELECT "run_id" FROM "{tables.run}" WHERE "run_id" IN ({ids}) '
+            'FOR NO KEY UPDATE SKIP LOCKED)']
     selects = ["SELECT NULL::integer, 'l', NULL::integer, NULL::bigint, run_id FROM locked"]
     for i, (assigned, rows) in enumerate(shape):
         sets = ", ".join(f'"{column}" = %s' for column in assigned)

@@ -57,6 +57,12 @@ from tests.test_processes_signals import LockHolder, backends_blocked_by
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
 
+
+@pytest.fixture(autouse=True)
+def grouping(settings):
+    """Group commit is off by default; these tests are about it (a test's own override_settings wins)."""
+    settings.WEFT_GROUP_COMMIT = True
+
 TIMEOUT = 60
 GROUP = "WITH locked AS"  # a group's statement (a lone leader's too)
 ALONE = "WITH u AS"  # one commit sent alone
