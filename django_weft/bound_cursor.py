@@ -46,7 +46,9 @@ def bound_cursor(connection: BaseDatabaseWrapper, *, prepare: bool = True) -> An
     raw = connection.connection
     if not isinstance(raw, psycopg.Connection):  # psycopg2: it binds on the client whatever the cursor
         return connection.cursor()
-    prepare = prepare and bool(weft_settings.PREPARED_STATEMENTS) and not getattr(raw, "_weft_unprepared", False)
+    # Not while queries are logged (DEBUG, CaptureQueriesContext): Django cannot show a prepared statement's SQL.
+    prepare = (prepare and bool(weft_settings.PREPARED_STATEMENTS) and not connection.queries_logged
+               and not getattr(raw, "_weft_unprepared", False))
     if prepare and raw.prepare_threshold is None:
         raw.prepare_threshold = NEVER  # psycopg prepares nothing while it is None, not even on request
     with connection.wrap_database_errors:
