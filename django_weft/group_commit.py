@@ -71,6 +71,10 @@ class StepCommit:
     error: BaseException | None = None
     woken: threading.Event | None = None  # made only when it has to wait
 
+    def statement_values(self) -> list[Any]:
+        """Its parameters in statement order: the run columns set, run id, fence, status, then the rows."""
+        return [*self.values, self.run_id, self.fence, self.status, *(value for row in self.rows for value in row)]
+
     @property
     def parameters(self) -> int:
         return len(self.values) + 3 + sum(len(row) for row in self.rows)
@@ -220,9 +224,8 @@ def _rolled_back(exc: BaseException) -> bool:
 
 def _send_alone(connection: BaseDatabaseWrapper, mine: StepCommit, tables: Tables) -> None:
     """One commit in its own statement, waiting for its row's lock as needed."""
-    params = [*mine.values, mine.run_id, mine.fence, mine.status, *(value for row in mine.rows for value in row)]
     with bound_cursor(connection) as cursor:
-        cursor.execute(_alone_statement(mine.assignments, len(mine.rows), tables), params)
+        cursor.execute(_alone_statement(mine.assignments, len(mine.rows), tables), mine.statement_values())
         returned = cursor.fetchall()
     _read(mine, returned)
 
@@ -241,7 +244,7 @@ def _send_group(connection: BaseDatabaseWrapper, group: list[StepCommit], tables
     """Send ``group`` as one statement; returns the commits whose rows it could lock (each of them DONE)."""
     params: list[Any] = [c.run_id for c in group]
     for c in group:
-        params += [*c.values, c.run_id, c.fence, c.status, *(value for row in c.rows for value in row)]
+        params += c.statement_values()
     sql = _group_statement(tuple((c.assignments, len(c.rows)) for c in group), tables)
     with bound_cursor(connection, prepare=False) as cursor:  # of many shapes, each planned once per group
         cursor.execute(sql, params)
