@@ -159,6 +159,9 @@ class WorkflowHandle:
     def signal(self, name: str, payload: Any = None, *, signal_id: str | None = None) -> bool:
         """Send a signal to this run; see :func:`signal`."""
         data = check_signal(name, payload, signal_id)
+        return lock_retries.retried("signal", lambda: self._deliver(name, data, signal_id))
+
+    def _deliver(self, name: str, data: bytes, signal_id: str | None) -> bool:
         with transaction.atomic():
             run = Workflow.objects.select_for_update().filter(pk=self.run_id).first()
             if run is None:
@@ -418,6 +421,10 @@ def signal(workflow_id: str, name: str, payload: Any = None, *, signal_id: str |
     """
     _check_id(workflow_id, "workflow_id")
     data = check_signal(name, payload, signal_id)
+    return lock_retries.retried("signal", lambda: _deliver_signal(workflow_id, name, data, signal_id))
+
+
+def _deliver_signal(workflow_id: str, name: str, data: bytes, signal_id: str | None) -> bool:
     with transaction.atomic():
         run = lock_open_run(workflow_id)
         if run is None:

@@ -12,12 +12,13 @@ from typing import Any
 from django.db import transaction
 from django.db.models import F
 
-from . import wakeups
+from . import lock_retries, wakeups
 from .exceptions import TransitionNotAllowed
 from .models import AsyncActivity, StepStatus, Timer, Workflow, WorkflowStep
 from .transitions import S, check_transition, locked_run, locked_with_owners
 
 
+@lock_retries.retrying("suspend")
 def suspend(run_id: Any, now: datetime, reason: str = "") -> Workflow:
     """Pause a run: nothing executes it until resume(); an executor holding it loses it."""
     with transaction.atomic():
@@ -31,6 +32,7 @@ def suspend(run_id: Any, now: datetime, reason: str = "") -> Workflow:
     return run
 
 
+@lock_retries.retrying("resume")
 def resume(run_id: Any, now: datetime) -> Workflow:
     """Make a suspended run runnable again; it replays and re-parks on whatever it was waiting for."""
     with transaction.atomic():
@@ -55,6 +57,7 @@ def resume(run_id: Any, now: datetime) -> Workflow:
 
 
 
+@lock_retries.retrying("retry_failed")
 def retry_failed(run_id: Any, now: datetime) -> Workflow:
     """Take a failed run back to running, from its failed step.
 

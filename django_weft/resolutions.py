@@ -10,6 +10,7 @@ from datetime import datetime
 
 from django.db import transaction
 
+from . import lock_retries
 from .exceptions import (
     InvalidTaskToken,
     TaskTokenAlreadyUsed,
@@ -27,6 +28,7 @@ from .tokens import TaskToken, make_task_token
 from .transitions import S, locked_run, record_event
 
 
+@lock_retries.retrying("resolve_async")
 def resolve_async(token: TaskToken, now: datetime, *, status: str, result: bytes | None = None,
                   error: dict | None = None) -> AsyncActivity:
     """Record an outside system's completion (or failure) of the async activity attempt ``token`` names.

@@ -12,6 +12,7 @@ from typing import Any
 
 from django.db import transaction
 
+from . import lock_retries
 from .models import FailureCategory, Workflow
 from .transitions import S, _close, locked_with_owners  # _close: the close every external transition makes
 
@@ -21,6 +22,7 @@ TERMINATED = "terminated"  # termination_reason of a run ended by handle.termina
 CHAIN_ATTEMPTS = 10
 
 
+@lock_retries.retrying("terminate")
 def terminate(run_id: Any, now: datetime, reason: str = "", *, follow_chain: bool = True) -> bool:
     """End the run (or, if it continued as new and ``follow_chain``, the run its chain has reached) as
     ``timed_out`` with ``termination_reason="terminated"``. False if it had already finished."""

@@ -184,3 +184,39 @@ def test_other_database_errors_are_not_retried():
     assert lock_retries.lock_conflict(OperationalError(lock_retries.MYSQL_LOCK_WAIT_TIMEOUT, "Lock wait timeout")
                                       ) == "lock_wait_timeout"
     assert lock_retries.lock_conflict(IntegrityError(1062, "Duplicate entry")) is None
+
+
+def _deadlocking_first(table_write: str):
+    """A query wrapper that aborts the first statement starting with ``table_write`` as InnoDB's deadlock."""
+    aborted: list[str] = []
+
+    def wrapper(execute, sql, params, many, context):
+        if not aborted and sql.lstrip().upper().startswith(table_write):
+            aborted.append(sql)
+            raise _Deadlock()
+        return execute(sql, params, many, context)
+    return wrapper, aborted
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("action", ["terminate", "signal", "suspend"])
+def test_an_operators_action_aborted_by_a_deadlock_is_run_again(action):
+    # Seen on MariaDB: four threads terminating one run while its executor commits, and one terminate got
+    # error 1213 instead of its answer. The action decides from what it reads under its lock: run it again.
+    handle = weft.start("test.collect", 1, workflow_id=f"deadlocked-{action}")
+    wrapper, aborted = _deadlocking_first("INSERT" if action == "signal" else "UPDATE")
+    with connection.execute_wrapper(wrapper):
+        if action == "terminate":
+            assert handle.terminate("operator") is True
+        elif action == "signal":
+            assert weft.signal(handle.workflow_id, "go", 1) is True
+        else:
+            handle.suspend("operator")
+    assert aborted, "the deadlock was never raised"
+    run = handle.refresh()
+    if action == "terminate":
+        assert run.status == RunStatus.TIMED_OUT
+    elif action == "signal":
+        assert Signal.objects.filter(run=run, name="go").count() == 1
+    else:
+        assert run.status == RunStatus.SUSPENDED
