@@ -5,6 +5,7 @@ to running under the claimer's lease with their fence bumped, and fires the dela
 were waiting for one. With the ORM that is BEGIN, SELECT ... FOR UPDATE, UPDATE, UPDATE, COMMIT: five round
 trips and two compiled queries, for every batch an executor takes. Here it is one statement, whose implicit
 commit makes it as atomic as the transaction was; it returns the claimed rows with what they were before.
+Other databases, and a claim inside the caller's transaction, take the ORM's way (:func:`claim_with_the_orm`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from datetime import datetime
 from functools import cache
 from typing import Any
 
-from django.db import connections, router
+from django.db import connections, router, transaction
+from django.db.models import F
+from django.db.models.functions import Coalesce
 
 from .models import RunStatus, Timer, TimerPurpose, Workflow
 
@@ -59,3 +62,41 @@ def claim_in_one_statement(owner: str, now: datetime, limit: int, run_id: Any,
                          TimerPurpose.DELAYED_START, RunStatus.RUNNING, owner, lease_expiry, now, now]
     rows: Any = Workflow.objects.using(alias).raw(_sql(run_id is not None), params)  # with 3 more columns each
     return [(row, row.weft_previous_status, row.weft_previous_owner, row.weft_fresh) for row in rows]
+
+
+def claim_with_the_orm(owner: str, now: datetime, limit: int, run_id: Any, lease: datetime) -> list[Claimed]:
+    """The claim in a transaction (other databases, or inside the caller's transaction), returning what
+    :func:`claim_in_one_statement` does."""
+    with transaction.atomic():
+        runnable = Workflow.objects.runnable(now)
+        if run_id is not None:
+            runnable = runnable.filter(pk=run_id)
+        # SKIP LOCKED: concurrent claimers take disjoint pages instead of queueing on the same rows.
+        rows = list(runnable.order_by("runnable_at").select_for_update(skip_locked=True)[:limit])
+        if not rows:
+            return []
+        Workflow.objects.filter(pk__in=[r.pk for r in rows]).update(
+            status=RunStatus.RUNNING,
+            fence=F("fence") + 1,
+            lease_owner=owner,
+            runnable_at=lease,
+            wait_reason="",
+            started_at=Coalesce("started_at", now),
+            updated_at=now,
+        )
+        delayed = [r.pk for r in rows if r.status == RunStatus.PENDING and r.runnable_at > r.created_at]
+        if delayed:
+            Timer.objects.filter(run_id__in=delayed, purpose="delayed_start", fired_at__isnull=True).update(
+                fired_at=now
+            )
+    claimed = []
+    for row in rows:
+        claimed.append((row, row.status, row.lease_owner, row.started_at is None))
+        row.fence += 1
+        row.status = RunStatus.RUNNING
+        row.lease_owner = owner
+        row.started_at = row.started_at or now
+        row.runnable_at = lease
+        row.wait_reason = ""
+        row.updated_at = now
+    return claimed

@@ -6,17 +6,18 @@ on PostgreSQL, send the fenced run update and the new journal rows as one statem
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache, lru_cache
+from operator import attrgetter
 from typing import Any, cast
 
 from django.db import connections, router, transaction
 from django.db.models import NOT_PROVIDED, Field, Model
 
 from . import attribute_rows, group_commit, wakeups
-from .bound_cursor import bound_cursor
+from .bound_cursor import Converter, bound_cursor, converter
 from .models import AsyncActivity, Signal, Timer, UpdateStatus, Workflow, WorkflowStep, WorkflowUpdate
 from .observability import events
 
@@ -195,20 +196,28 @@ def insert_row(obj: Model) -> None:
         return
     # Columns left NULL are left out: fewer parameters to adapt and send (a new run leaves a dozen unset).
     present, params = [], []
-    for field in _insertable(model):
-        value = field.pre_save(obj, True)
-        if value is None and field.null and field.db_default is NOT_PROVIDED:
+    for field, read, convert, optional in _insertable(model):
+        value = read(obj)
+        if value is None and optional:
             continue
         present.append(field)
-        params.append(field.get_db_prep_save(value, connection))
+        params.append(convert(value, connection))
     with bound_cursor(connection) as cursor:
         cursor.execute(_insert_statement(model, tuple(present)), params)
     obj._state.adding, obj._state.db = False, alias
 
 
 @cache
-def _insertable(model: type[Model]) -> tuple[Field, ...]:
-    return tuple(f for f in model._meta.concrete_fields if not getattr(f, "generated", False))
+def _insertable(model: type[Model]) -> tuple[tuple[Field, Callable[[Model], Any], Converter, bool], ...]:
+    """Per column: the field, how to read its value for an insert, how to make it a parameter, and whether a
+    NULL may be left out. A field that sets its value on save (auto_now, a pk default) is asked through
+    pre_save(); the others' value is their attribute."""
+    def reader(field: Field) -> Callable[[Model], Any]:
+        if type(field).pre_save is not Field.pre_save:
+            return lambda obj: field.pre_save(obj, True)
+        return attrgetter(field.attname)
+    return tuple((f, reader(f), converter(f), f.null and f.db_default is NOT_PROVIDED)
+                 for f in model._meta.concrete_fields if not getattr(f, "generated", False))
 
 
 @lru_cache(maxsize=64)
@@ -221,6 +230,11 @@ def _insert_statement(model: type[Model], fields: tuple[Field, ...]) -> str:
 def _fields(model: type[Model], names: tuple[str, ...]) -> tuple[Field, ...]:
     """``model``'s concrete fields of ``names`` (typed as Fields, which every column written here is)."""
     return tuple(cast(Field, model._meta.get_field(name)) for name in names)
+
+
+@cache
+def _step_columns() -> tuple[tuple[Callable[[Any], Any], Converter], ...]:
+    return tuple((attrgetter(field.attname), converter(field)) for field in _fields(WorkflowStep, _STEP_COLUMNS))
 
 
 @cache
@@ -246,14 +260,13 @@ def write_in_one_statement(run_id: Any, fence: int, status: str, fields: dict[st
     if any(hasattr(value, "resolve_expression") for value in fields.values()):
         return None
     assigned = tuple(fields)
-    values = [field.get_db_prep_save(value, connection)
+    values = [converter(field)(value, connection)
               for field, value in zip(_fields(Workflow, assigned), fields.values(), strict=True)]
     steps = [w.step for w in writes]  # type: ignore[union-attr]
-    step_fields = _fields(WorkflowStep, _STEP_COLUMNS)
-    rows = [[field.get_db_prep_save(getattr(step, field.attname), connection) for field in step_fields]
-            for step in steps]
+    step_columns = _step_columns()
+    rows = [[convert(read(step), connection) for read, convert in step_columns] for step in steps]
     request = group_commit.StepCommit(
-        run_id=Workflow._meta.pk.get_db_prep_save(run_id, connection), fence=fence, status=status,
+        run_id=converter(Workflow._meta.pk)(run_id, connection), fence=fence, status=status,
         assignments=tuple(str(field.column) for field in _fields(Workflow, assigned)), values=values, rows=rows)
     group_commit.commit(connection, request, _tables())
     if not request.held:

@@ -6,6 +6,7 @@ Timers, delayed starts and expired leases need no pass of their own: each sets t
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
@@ -72,7 +73,12 @@ class MaintenanceReport:
 
 
 def default_owner() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
+    return f"{_hostname()}:{os.getpid()}:{threading.get_ident()}"
+
+
+@functools.cache
+def _hostname() -> str:
+    return socket.gethostname()  # a system call, and weft.run() asks for every run
 
 
 def time_out_expired(now: datetime) -> int:

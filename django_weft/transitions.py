@@ -19,7 +19,6 @@ from typing import Any
 
 from django.db import transaction
 from django.db.models import Case, F, Value, When
-from django.db.models.functions import Coalesce
 
 from . import attribute_rows, claim_statement, journal, lock_retries, signals, wakeups
 from .conf import weft_settings
@@ -28,11 +27,7 @@ from .deliveries import deliver_update as deliver_update
 from .deliveries import fail_pending_updates as fail_pending_updates
 from .deliveries import fail_updates_of_closed_runs as fail_updates_of_closed_runs
 from .deliveries import record_event as record_event
-from .exceptions import (
-    FencingError,
-    TransitionNotAllowed,
-    WorkflowNotFound,
-)
+from .exceptions import FencingError, TransitionNotAllowed, WorkflowNotFound
 from .models import (
     AsyncActivity,
     AsyncStatus,
@@ -116,7 +111,7 @@ def insert_claimed_run(run: Workflow, owner: str) -> Claim:
     attribute_rows.insert_for(run)
     _send_on_commit(signals.workflow_started, run)
     return Claim(run=run, fence=run.fence, owner=owner, previous_status=S.PENDING, fresh=True,
-                 inbox_seen=run.inbox_seq)
+                 inbox_seen=run.inbox_seq, lease_until=run.runnable_at)
 
 
 # --- claims, leases and executor writes --------------------------------------------------------------
@@ -141,55 +136,21 @@ class Claim:
     fresh: bool = False
     # Writes folded into the run's next fenced commit (a fired timer, a step result), costing no commit.
     deferred: list[journal.JournalWrite] = field(default_factory=list)
+    # When the lease this executor wrote last runs out (the run's runnable_at while it is held).
+    lease_until: datetime | None = None
 
 
 @lock_retries.retrying("claim")
 def claim(owner: str, now: datetime, limit: int, *, run_id: Any = None) -> list[Claim]:
     """Take up to ``limit`` runnable runs (due timers, delayed starts, expired leases) for ``owner``;
     with ``run_id``, that run only, if it is runnable."""
-    claimed = claim_statement.claim_in_one_statement(owner, now, limit, run_id, _lease_expiry(now))
+    lease = _lease_expiry(now)
+    claimed = claim_statement.claim_in_one_statement(owner, now, limit, run_id, lease)
     if claimed is None:
-        claimed = _claim_with_the_orm(owner, now, limit, run_id)
+        claimed = claim_statement.claim_with_the_orm(owner, now, limit, run_id, lease)
     return [Claim(run=row, fence=row.fence, owner=owner, previous_status=previous, previous_owner=previous_owner,
-                  fresh=fresh, inbox_seen=row.inbox_seq) for row, previous, previous_owner, fresh in claimed]
-
-
-def _claim_with_the_orm(owner: str, now: datetime, limit: int, run_id: Any) -> list[claim_statement.Claimed]:
-    """:func:`claim` in a transaction (other databases, or inside the caller's transaction), returning what
-    claim_statement does."""
-    with transaction.atomic():
-        runnable = Workflow.objects.runnable(now)
-        if run_id is not None:
-            runnable = runnable.filter(pk=run_id)
-        # SKIP LOCKED: concurrent claimers take disjoint pages instead of queueing on the same rows.
-        rows = list(runnable.order_by("runnable_at").select_for_update(skip_locked=True)[:limit])
-        if not rows:
-            return []
-        Workflow.objects.filter(pk__in=[r.pk for r in rows]).update(
-            status=S.RUNNING,
-            fence=F("fence") + 1,
-            lease_owner=owner,
-            runnable_at=_lease_expiry(now),
-            wait_reason="",
-            started_at=Coalesce("started_at", now),
-            updated_at=now,
-        )
-        delayed = [r.pk for r in rows if r.status == S.PENDING and r.runnable_at > r.created_at]
-        if delayed:
-            Timer.objects.filter(run_id__in=delayed, purpose="delayed_start", fired_at__isnull=True).update(
-                fired_at=now
-            )
-    claimed = []
-    for row in rows:
-        claimed.append((row, row.status, row.lease_owner, row.started_at is None))
-        row.fence += 1
-        row.status = S.RUNNING
-        row.lease_owner = owner
-        row.started_at = row.started_at or now
-        row.runnable_at = _lease_expiry(now)
-        row.wait_reason = ""
-        row.updated_at = now
-    return claimed
+                  fresh=fresh, inbox_seen=row.inbox_seq, lease_until=lease)
+            for row, previous, previous_owner, fresh in claimed]
 
 
 def _refused(claim: Claim) -> FencingError:
@@ -235,8 +196,16 @@ def _fenced_write(claim: Claim, now: datetime, writes: Sequence[journal.JournalW
 
 @lock_retries.retrying_held("commit")
 def commit(claim: Claim, now: datetime, writes: Sequence[journal.JournalWrite] = ()) -> None:
-    """Commit journal writes for a run this executor holds, renewing its lease, in one transaction."""
-    _fenced_write(claim, now, writes, runnable_at=_lease_expiry(now))
+    """Commit journal writes for a run this executor holds, in one transaction, renewing its lease once a third
+    of it has passed (the lease keeper renews it too; a commit that leaves the indexed runnable_at alone is a
+    HOT update on PostgreSQL, adding no entry to the run table's indexes)."""
+    renew = claim.lease_until is None or (claim.lease_until - now).total_seconds() < weft_settings.LEASE_SECONDS * 2 / 3
+    lease = _lease_expiry(now)
+    if renew:
+        _fenced_write(claim, now, writes, runnable_at=lease)
+        claim.lease_until = lease
+    else:
+        _fenced_write(claim, now, writes)
 
 
 @lock_retries.retrying_held("park")
@@ -330,7 +299,9 @@ def continue_as_new(claim: Claim, now: datetime, following: Workflow) -> None:
 @lock_retries.retrying_held("note_recovery")
 def note_recovery(claim: Claim, now: datetime, recoveries: int, mark: int) -> None:
     """Count a takeover of the held run (its last executor died) at journal length ``mark``."""
-    _fenced_write(claim, now, recoveries=recoveries, recovery_mark=mark, runnable_at=_lease_expiry(now))
+    lease = _lease_expiry(now)
+    _fenced_write(claim, now, recoveries=recoveries, recovery_mark=mark, runnable_at=lease)
+    claim.lease_until = lease
 
 
 @lock_retries.retrying_held("release")
@@ -356,6 +327,8 @@ def renew(claims: Iterable[Claim], now: datetime) -> None:
         ).update(runnable_at=expiry)
         if updated == 0:
             held.lost = True
+        else:
+            held.lease_until = expiry
 
 
 # --- external transitions ----------------------------------------------------------------------------

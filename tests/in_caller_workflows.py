@@ -4,6 +4,7 @@ workflow whose own code raises."""
 from __future__ import annotations
 
 import threading
+import time
 
 import django_weft as weft
 from django_weft.models import Workflow
@@ -36,3 +37,16 @@ class Broken(Exception):
 def raises(ctx: weft.Context, key: str) -> None:
     ctx.run(record, key + ":before")
     raise Broken(f"the workflow code of {key} failed")
+
+
+@weft.activity
+def nap(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+@weft.workflow(name="in_caller.lease")
+def lease(ctx: weft.Context, pause: float) -> None:
+    ctx.run(observe, "lease:a")
+    ctx.run(observe, "lease:b")
+    ctx.run(nap, pause)
+    ctx.run(observe, "lease:c")

@@ -125,6 +125,19 @@ def test_run_is_claimed_by_the_calling_thread_while_it_executes():
     assert run.lease_owner == "" and run.fence == 1
 
 
+def test_a_step_commit_renews_the_lease_once_a_third_of_it_has_passed(settings):
+    """A commit right after the claim leaves the lease as it is (on PostgreSQL that keeps the update off the
+    run table's indexes); one made after a third of the lease has passed renews it, so a run keeps its lease
+    through its commits alone (here the lease keeper is slowed down so that only commits renew)."""
+    settings.WEFT_LEASE_SECONDS, settings.WEFT_HEARTBEAT_SECONDS = 3.0, 600.0
+    SEEN.clear()
+    handle = weft.run("in_caller.lease", 1.2)
+    assert handle.status == RunStatus.COMPLETED
+    first, second, third = (entry["runnable_at"] for entry in SEEN)
+    assert second == first, "the first commit renewed a lease that had just been taken"
+    assert third - first >= timedelta(seconds=1.2), "the lease was not renewed after a third of it had passed"
+
+
 def test_run_takes_tags_search_attributes_and_an_execution_timeout():
     handle = weft.run("test.steps", spec("attrs", 1), tags=["urgent", "eu"],
                       search_attributes={"customer_id": 7, "plan": "pro"}, execution_timeout=600)

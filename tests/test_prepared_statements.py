@@ -61,3 +61,14 @@ def test_a_connection_whose_prepared_statements_vanish_goes_on_unprepared(postgr
     assert prepared_here() == []
     assert weft.run("test.steps", spec("later")).status == RunStatus.COMPLETED
     assert prepared_here() == []
+
+
+def test_runs_go_on_after_their_connection_is_closed_and_opened_again(postgres_only):
+    # The engine keeps its cursors on the open connection; a new connection (CONN_MAX_AGE, a lost server)
+    # must get new ones, prepared again, not the closed one's.
+    assert weft.run("test.steps", spec("first")).status == RunStatus.COMPLETED
+    connection.close()
+    handle = weft.run("test.steps", spec("reopened"))
+    assert handle.status == RunStatus.COMPLETED
+    assert WorkflowStep.objects.filter(run_id=handle.run_id).count() == 3
+    assert any('INSERT INTO "django_weft_workflow"' in s for s in prepared_here())

@@ -105,8 +105,9 @@ class ActivityOps(Branches):
                             activity=definition.name, generation=self._claim.run.retries, control=control)
         self._last_info = info
         body = body_of(definition)  # the activity's function, or a test's replacement of it
-        body = events.attempt(body, info, self._claim.run, is_async=is_coroutine_body(body))
-        if definition.heartbeat_timeout is not None or is_coroutine_body(body):
+        is_async = is_coroutine_body(body)
+        body = events.attempt(body, info, self._claim.run, is_async=is_async)
+        if definition.heartbeat_timeout is not None or is_async:
             return self._invoke_in_pool(definition, info, body, args, kwargs)
         control.begin()
         token = current_activity.set(info)
