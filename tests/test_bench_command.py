@@ -172,8 +172,9 @@ def test_weft_bench_celery_prestart_holds_the_worker_until_every_run_is_started(
 
 @pytest.mark.django_db(transaction=True)
 def test_weft_bench_latency_measures_both_notify_settings(subprocess_env):
-    figures, _ = run_bench_command("--latency", "3", "--interval", "0.5")
+    figures, _ = run_bench_command("--latency", "3", "--interval", "0.5", "--probe-seconds", "0.2")
     assert figures["mode"] == "latency" and figures["runs"] == 3
+    assert figures["raw_commits_per_second"] > 0 and figures["probe_commits"] > 0
     assert figures["notify_applies"] == (connection.vendor == "postgresql")
     for key in ("notify_on", "notify_off"):
         f = figures[key]

@@ -45,6 +45,7 @@ from .core import (
     chunks,
     delete_bench_runs,
     load_average,
+    measure_commit_rate,
     percentile,
     round_ms,
 )
@@ -227,7 +228,7 @@ def _latency_pass(*, runs: int, interval: float, notify: bool, keep: bool, rng: 
 
 
 def run_latency_bench(*, runs: int, interval: float = DEFAULT_LATENCY_INTERVAL, keep: bool = False,
-                      seed: int | None = None, steps: int = START_STEPS,
+                      seed: int | None = None, steps: int = START_STEPS, probe_seconds: float = 2.0,
                       progress: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
     """Signal-to-resume latency of an idle ``weft_maintenance`` loop (``--interval``), the update round trip
     and the start-to-completion of ``steps``-step runs, NOTIFY on and off."""
@@ -236,9 +237,11 @@ def run_latency_bench(*, runs: int, interval: float = DEFAULT_LATENCY_INTERVAL, 
     if weft_settings.EXECUTOR == "celery":
         raise BenchError("WEFT_EXECUTOR is 'celery' here: signals would send Celery tasks; run --latency with "
                          "the loop executor")
-    vendor = connections[router.db_for_write(Workflow)].vendor
+    using = router.db_for_write(Workflow)
+    vendor = connections[using].vendor
     if vendor != "postgresql":
         progress(f"note: {vendor} has no LISTEN/NOTIFY; the loop polls with NOTIFY on and off alike")
+    raw_rate, probe_commits = measure_commit_rate(probe_seconds, using)  # as every mode reports it
     rng = random.Random(seed)
     results = {}
     for notify in (True, False):
@@ -253,6 +256,8 @@ def run_latency_bench(*, runs: int, interval: float = DEFAULT_LATENCY_INTERVAL, 
         "cpus": os.cpu_count(),
         "debug": bool(settings.DEBUG),
         "measured_at": datetime.now(UTC).isoformat(),
+        "raw_commits_per_second": round(raw_rate, 1),
+        "probe_commits": probe_commits,
         "notify_on": results["on"],
         "notify_off": results["off"],
         "kept": keep,

@@ -247,7 +247,7 @@ class Command(BaseCommand):
         if latency is not None:
             if workflows is not None or schedules is not None or processes is not None or celery_workers is not None:
                 raise CommandError("--latency goes alone (with --interval)")
-            self.handle_latency(latency, interval, keep=keep)
+            self.handle_latency(latency, interval, probe_seconds, keep=keep)
             return
         if processes is not None or celery_workers is not None:
             if schedules is not None:
@@ -373,16 +373,17 @@ class Command(BaseCommand):
         )
         self.stdout.write(json.dumps(figures, sort_keys=False))
 
-    def handle_latency(self, runs: int, interval: float | None, *, keep: bool) -> None:
+    def handle_latency(self, runs: int, interval: float | None, probe_seconds: float, *, keep: bool) -> None:
         if runs < 1:
             raise CommandError("--latency must be at least 1")
 
         from django_weft.bench.latency import DEFAULT_LATENCY_INTERVAL, run_latency_bench
 
-        figures = self.run_mode(run_latency_bench, runs=runs, keep=keep,
+        figures = self.run_mode(run_latency_bench, runs=runs, keep=keep, probe_seconds=probe_seconds,
                                 interval=DEFAULT_LATENCY_INTERVAL if interval is None else interval)
         self.stdout.write(f"weft_bench: {figures['vendor']}, signal-to-resume latency over {runs} signal(s), "
-                          f"loop polling every {figures['interval']:g}s")
+                          f"loop polling every {figures['interval']:g}s; raw commits "
+                          f"{figures['raw_commits_per_second']:.0f}/s")
         for key in ("notify_on", "notify_off"):
             f = figures[key]
             u = f["update_round_trip"]
