@@ -37,13 +37,19 @@ logger = logging.getLogger("django_weft.bound_cursor")
 POOLER_REFUSALS = ("26000", "42P05")
 # A psycopg connection's threshold while only these cursors prepare: never reached by the project's statements.
 NEVER = sys.maxsize
+# Cursors kept open on one connection, one per statement shape (see bound_cursor).
+MAX_KEPT_CURSORS = 32
 
 
-def bound_cursor(connection: BaseDatabaseWrapper, *, prepare: bool = True) -> Any:
+def bound_cursor(connection: BaseDatabaseWrapper, *, prepare: bool = True, statement: str | None = None) -> Any:
     """A cursor on ``connection`` that binds parameters on the server and (with ``prepare``) prepares its
     statements (PostgreSQL with psycopg 3), else the connection's own cursor. Use it as ``with
-    bound_cursor(connection) as cursor:``. Prepare statements of a few shapes only: psycopg keeps 100 per
-    connection."""
+    bound_cursor(connection, statement=sql) as cursor: cursor.execute(sql, params)``. Prepare statements of a
+    few shapes only: psycopg keeps 100 per connection.
+
+    The cursor is kept open on the connection for the next time, one per ``statement`` (one for all without
+    it): a psycopg cursor caches how it adapts parameters for the statement it last sent, and building that
+    again took about a third of each statement's client time."""
     if connection.vendor != "postgresql":
         return connection.cursor()
     import psycopg
@@ -57,53 +63,49 @@ def bound_cursor(connection: BaseDatabaseWrapper, *, prepare: bool = True) -> An
                and not getattr(raw, "_weft_unprepared", False))
     if prepare and raw.prepare_threshold is None:
         raw.prepare_threshold = NEVER  # psycopg prepares nothing while it is None, not even on request
-    # One cursor of each kind per connection, kept open: a new psycopg cursor starts with no adapters cached,
-    # and building them again cost about a third of each statement's client time.
-    attribute = "_weft_preparing_cursor" if prepare else "_weft_bound_cursor"
-    cursor: Any = getattr(raw, attribute, None)
+    kept: dict[tuple[bool, str | None], Any] | None = getattr(raw, "_weft_cursors", None)
+    if kept is None:
+        kept = {}
+        raw._weft_cursors = kept  # type: ignore[attr-defined]  # the connection's, gone with it
+    cursor = kept.get((prepare, statement))
     if cursor is None:
+        if len(kept) >= MAX_KEPT_CURSORS:
+            kept.clear()  # the engine's statements have a few shapes; this bounds a connection that sees more
+        kept_class, preparing_class = _cursor_classes()
         with connection.wrap_database_errors:
-            cursor = _kept_cursor(prepare)(raw)
-        setattr(raw, attribute, cursor)
+            cursor = kept[(prepare, statement)] = (preparing_class if prepare else kept_class)(raw)
     # The stubs type these as taking Django's wrapper; they take any DB-API cursor.
     return connection.make_debug_cursor(cursor) if connection.queries_logged else connection.make_cursor(cursor)
 
 
-_classes: dict[bool, Any] = {}
+@cache
+def _cursor_classes() -> tuple[Any, Any]:
+    import psycopg  # not at import: the module is imported on every backend
 
+    class KeptCursor(psycopg.Cursor):
+        def close(self) -> None:
+            """Left open: Django's wrapper closes its cursor at the end of each ``with`` block, and this one
+            is for the next statement on its connection (the connection's close ends it)."""
 
-def _kept_cursor(prepare: bool) -> Any:
-    """The class of a connection's kept cursor: Django's wrapper closes the cursor it wraps at the end of each
-    ``with`` block, and this one stays open for the next (its connection's close ends it)."""
-    cls = _classes.get(prepare)
-    if cls is None:
-        import psycopg
+    class PreparingCursor(KeptCursor):
+        """Prepares each statement it sends, unless its connection refused prepared statements."""
 
-        class KeptCursor(psycopg.Cursor):
-            def close(self) -> None:
-                """Left open: the next statement on this connection uses it again."""
+        def execute(self, query: Any, params: Any = None, *, prepare: bool | None = None,
+                    binary: bool | None = None) -> Any:
+            try:
+                return super().execute(query, params, prepare=True if prepare is None else prepare, binary=binary)
+            except psycopg.Error as exc:
+                if exc.sqlstate not in POOLER_REFUSALS:
+                    raise
+                logger.warning("prepared statements fail on this connection (%s: %s); the engine sends its "
+                               "statements unprepared on it: a connection pooler in transaction mode? Set "
+                               "WEFT_PREPARED_STATEMENTS = False to stop trying", exc.sqlstate, exc)
+                # psycopg then forgets its prepared statements too (it would send the others' names).
+                self.connection._weft_unprepared = True  # type: ignore[attr-defined]
+                self.connection.prepare_threshold = None
+                return super().execute(query, params, prepare=False, binary=binary)
 
-        class PreparingCursor(KeptCursor):
-            """Prepares each statement it sends, unless its connection refused prepared statements."""
-
-            def execute(self, query: Any, params: Any = None, *, prepare: bool | None = None,
-                        binary: bool | None = None) -> Any:
-                try:
-                    return super().execute(query, params, prepare=True if prepare is None else prepare,
-                                           binary=binary)
-                except psycopg.Error as exc:
-                    if exc.sqlstate not in POOLER_REFUSALS:
-                        raise
-                    logger.warning("prepared statements fail on this connection (%s: %s); the engine sends its "
-                                   "statements unprepared on it: a connection pooler in transaction mode? Set "
-                                   "WEFT_PREPARED_STATEMENTS = False to stop trying", exc.sqlstate, exc)
-                    # psycopg then forgets its prepared statements too (it would send the others' names).
-                    self.connection._weft_unprepared = True  # type: ignore[attr-defined]
-                    self.connection.prepare_threshold = None
-                    return super().execute(query, params, prepare=False, binary=binary)
-
-        cls = _classes[prepare] = PreparingCursor if prepare else KeptCursor
-    return cls
+    return KeptCursor, PreparingCursor
 
 
 # --- parameters ------------------------------------------------------------------------------------------
@@ -116,7 +118,7 @@ _INTEGER_FIELDS = (models.IntegerField, models.PositiveIntegerField, models.BigI
 def _unchanged_from(field: Field, base: type[Field]) -> bool:
     """``field`` is a ``base`` that prepares its values as ``base`` does (a subclass may convert them)."""
     cls = type(field)
-    methods = ("get_db_prep_save", "get_db_prep_value", "get_prep_value")
+    methods = ("get_db_prep_save", "get_db_prep_value", "get_prep_value", "to_python")
     return isinstance(field, base) and all(getattr(cls, name) is getattr(base, name) for name in methods)
 
 
@@ -135,7 +137,7 @@ def converter(field: Field) -> Converter:
     if _unchanged_from(field, models.UUIDField):
         return lambda value, connection: value if type(value) is uuid.UUID else generic(value, connection)
     if _unchanged_from(field, models.DateTimeField):
-        return lambda value, connection: (value if type(value) is datetime and value.tzinfo is not None
+        return lambda value, connection: (value if type(value) is datetime and value.utcoffset() is not None
                                           else generic(value, connection))
     if _unchanged_from(field, models.BinaryField):
         return lambda value, connection: value if type(value) is bytes else generic(value, connection)

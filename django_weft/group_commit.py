@@ -224,8 +224,9 @@ def _rolled_back(exc: BaseException) -> bool:
 
 def _send_alone(connection: BaseDatabaseWrapper, mine: StepCommit, tables: Tables) -> None:
     """One commit in its own statement, waiting for its row's lock as needed."""
-    with bound_cursor(connection) as cursor:
-        cursor.execute(_alone_statement(mine.assignments, len(mine.rows), tables), mine.statement_values())
+    sql = _alone_statement(mine.assignments, len(mine.rows), tables)
+    with bound_cursor(connection, statement=sql) as cursor:
+        cursor.execute(sql, mine.statement_values())
         returned = cursor.fetchall()
     _read(mine, returned)
 

@@ -202,8 +202,9 @@ def insert_row(obj: Model) -> None:
             continue
         present.append(field)
         params.append(convert(value, connection))
-    with bound_cursor(connection) as cursor:
-        cursor.execute(_insert_statement(model, tuple(present)), params)
+    sql = _insert_statement(model, tuple(present))
+    with bound_cursor(connection, statement=sql) as cursor:
+        cursor.execute(sql, params)
     obj._state.adding, obj._state.db = False, alias
 
 

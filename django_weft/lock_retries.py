@@ -87,7 +87,10 @@ def retried(what: str, body: Callable[[], T], *, using: str | None = None,
 
 
 def _in_callers_transaction(using: str | None) -> bool:
-    return connections[using or router.db_for_write(Workflow)].in_atomic_block
+    # With autocommit off the caller's transaction is open outside any atomic block (which made body's block
+    # a savepoint in it): InnoDB rolled that whole transaction back too.
+    connection = connections[using or router.db_for_write(Workflow)]
+    return connection.in_atomic_block or not connection.get_autocommit()
 
 
 def retrying(what: str) -> Callable[[Callable[P, T]], Callable[P, T]]:

@@ -199,9 +199,10 @@ def commit(claim: Claim, now: datetime, writes: Sequence[journal.JournalWrite] =
     """Commit journal writes for a run this executor holds, in one transaction, renewing its lease once a third
     of it has passed (the lease keeper renews it too; a commit that leaves the indexed runnable_at alone is a
     HOT update on PostgreSQL, adding no entry to the run table's indexes)."""
-    renew = claim.lease_until is None or (claim.lease_until - now).total_seconds() < weft_settings.LEASE_SECONDS * 2 / 3
-    lease = _lease_expiry(now)
+    left = None if claim.lease_until is None else (claim.lease_until - now).total_seconds()
+    renew = left is None or left < weft_settings.LEASE_SECONDS * 2 / 3
     if renew:
+        lease = _lease_expiry(now)
         _fenced_write(claim, now, writes, runnable_at=lease)
         claim.lease_until = lease
     else:

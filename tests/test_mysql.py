@@ -179,6 +179,27 @@ def test_inside_a_callers_transaction_a_deadlock_goes_to_the_caller():
     assert len(attempts) == 1
 
 
+@pytest.mark.django_db(transaction=True)
+def test_with_autocommit_off_a_deadlock_goes_to_the_caller():
+    # The caller's transaction is open outside any atomic block; InnoDB rolled it back with the deadlock, so a
+    # retry would report success for writes of the caller's that are gone.
+    attempts: list[int] = []
+
+    def body() -> None:
+        attempts.append(1)
+        with transaction.atomic():
+            raise _Deadlock()
+
+    transaction.set_autocommit(False)
+    try:
+        with pytest.raises(OperationalError):
+            lock_retries.retried("test", body)
+    finally:
+        transaction.rollback()
+        transaction.set_autocommit(True)
+    assert len(attempts) == 1
+
+
 def test_other_database_errors_are_not_retried():
     assert lock_retries.lock_conflict(OperationalError(2006, "MySQL server has gone away")) is None
     assert lock_retries.lock_conflict(OperationalError(lock_retries.MYSQL_LOCK_WAIT_TIMEOUT, "Lock wait timeout")
