@@ -317,19 +317,37 @@ def release(claim: Claim, now: datetime, *, retry_at: datetime | None = None, re
 
 
 def renew(claims: Iterable[Claim], now: datetime) -> None:
-    """Extend the leases of runs held by a live executor; mark the ones it lost."""
+    """Extend the leases of runs held by a live executor; mark the ones it lost.
+
+    One transaction for all: the held rows are read with SKIP LOCKED, so a row another transaction holds (a
+    signal sent inside a caller's long transaction) holds up no other run's renewal; it is renewed at the next
+    beat. Those still held by this claim (fence, running, owner: a release() racing the renewal is not undone)
+    get the new lease in one UPDATE.
+    """
+    live = [held for held in claims if not held.lost]
+    if not live:
+        return
     expiry = _lease_expiry(now)
-    for held in claims:
-        if held.lost:
-            continue
-        # The owner check keeps a renewal racing a release() from re-leasing a run just handed back.
-        updated = Workflow.objects.filter(
-            pk=held.run.pk, fence=held.fence, status=S.RUNNING, lease_owner=held.owner
-        ).update(runnable_at=expiry)
-        if updated == 0:
-            held.lost = True
-        else:
-            held.lease_until = expiry
+    connection = transaction.get_connection()
+    rows = Workflow.objects.filter(pk__in=[held.run.pk for held in live])
+    with transaction.atomic():
+        locked = rows.select_for_update(skip_locked=True, no_key=connection.features.has_select_for_no_key_update)
+        seen = {pk: (fence, status, owner) for pk, fence, status, owner
+                in locked.values_list("pk", "fence", "status", "lease_owner")}
+        missing = [held.run.pk for held in live if held.run.pk not in seen]
+        busy = set(rows.filter(pk__in=missing).values_list("pk", flat=True)) if missing else set()
+        kept = []
+        for held in live:
+            if held.run.pk in busy:
+                continue
+            if seen.get(held.run.pk) == (held.fence, S.RUNNING, held.owner):
+                kept.append(held)
+            else:
+                held.lost = True  # taken over, ended, handed back, or gone
+        if kept:
+            Workflow.objects.filter(pk__in=[held.run.pk for held in kept]).update(runnable_at=expiry)
+    for held in kept:
+        held.lease_until = expiry
 
 
 # --- external transitions ----------------------------------------------------------------------------

@@ -6,6 +6,8 @@ from __future__ import annotations
 import threading
 import time
 
+from django.utils import timezone
+
 import django_weft as weft
 from django_weft.models import Workflow
 from tests.testapp.workflows import mark, record
@@ -50,3 +52,42 @@ def lease(ctx: weft.Context, pause: float) -> None:
     ctx.run(observe, "lease:b")
     ctx.run(nap, pause)
     ctx.run(observe, "lease:c")
+
+
+# key -> the least time its run's lease had left (seconds) at any look while ``watch_lease`` ran.
+LEASE_LEFT: dict[str, float] = {}
+LEASE_RUNS: dict[str, object] = {}  # key -> its run's id
+
+
+@weft.activity
+def watch_lease(key: str, seconds: float) -> None:
+    run_id = weft.activity_info().run_id
+    LEASE_RUNS[key] = run_id
+    until = time.monotonic() + seconds
+    while time.monotonic() < until:
+        lease = Workflow.objects.filter(pk=run_id).values_list("runnable_at", flat=True).get()
+        left = (lease - timezone.now()).total_seconds()
+        LEASE_LEFT[key] = min(left, LEASE_LEFT.get(key, left))
+        time.sleep(0.05)
+
+
+@weft.workflow(name="in_caller.watched")
+def watched(ctx: weft.Context, spec: dict) -> None:
+    ctx.run(watch_lease, spec["key"], spec["seconds"])
+
+
+@weft.activity
+def wait_for_a_renewal(timeout: float) -> bool:
+    """Until the lease keeper renewed this run's lease once (it then waits WEFT_HEARTBEAT_SECONDS as set now)."""
+    rows = Workflow.objects.filter(pk=weft.activity_info().run_id).values_list("runnable_at", flat=True)
+    first, until = rows.get(), time.monotonic() + timeout
+    while time.monotonic() < until:
+        if rows.get() != first:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@weft.workflow(name="in_caller.renewed")
+def renewed(ctx: weft.Context, timeout: float) -> bool:
+    return ctx.run(wait_for_a_renewal, timeout)

@@ -15,6 +15,7 @@ import re
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -31,7 +32,7 @@ from django.utils import timezone
 import django_weft as weft
 from django_weft import signals
 from django_weft.models import RunStatus, SearchAttributeValue, Timer, Workflow, WorkflowStep
-from tests.in_caller_workflows import SEEN
+from tests.in_caller_workflows import LEASE_LEFT, LEASE_RUNS, SEEN
 from tests.procs import REPO_ROOT, SHORT_LEASE, Proc, in_threads, journal, pids_of, wait_until
 from tests.testapp.models import Execution
 from tests.testapp.workflows import executions
@@ -136,6 +137,34 @@ def test_a_step_commit_renews_the_lease_once_a_third_of_it_has_passed(settings):
     first, second, third = (entry["runnable_at"] for entry in SEEN)
     assert second == first, "the first commit renewed a lease that had just been taken"
     assert third - first >= timedelta(seconds=1.2), "the lease was not renewed after a third of it had passed"
+
+
+def test_a_run_whose_row_another_transaction_holds_delays_no_other_runs_lease_renewal(postgres_only, settings):
+    """Three runs execute in their callers' threads while a fourth thread holds two of their rows locked (as a
+    signal sent inside a long transaction does) for longer than a lease: the process's lease keeper skips the
+    locked rows and keeps renewing the third run's lease; the other two are renewed once released."""
+    settings.WEFT_LEASE_SECONDS, settings.WEFT_HEARTBEAT_SECONDS = 2.0, 0.25
+    # The keeper takes the new interval after its current wait (up to the 10 s default): wait for one renewal.
+    assert weft.run("in_caller.renewed", 15.0).result(timeout=0) is True
+    LEASE_LEFT.clear()
+    keys = ["free", "locked-1", "locked-2"]
+
+    def act(index: int):
+        if index < 3:
+            return weft.run("in_caller.watched", {"key": keys[index], "seconds": 4.0})
+        wait_until(lambda: set(LEASE_LEFT) == set(keys), "the three runs to be in their activity", 10)
+        with transaction.atomic():
+            rows = list(Workflow.objects.select_for_update().filter(
+                pk__in=[LEASE_RUNS["locked-1"], LEASE_RUNS["locked-2"]], status=RunStatus.RUNNING))
+            time.sleep(2.5)
+        return len(rows)
+
+    results = in_threads(4, act)
+    assert results[3] == 2, results
+    for handle in results[:3]:
+        assert handle.refresh().status == RunStatus.COMPLETED, handle.refresh().error
+    assert LEASE_LEFT["free"] > 0.5, LEASE_LEFT  # renewed every 0.25 s throughout
+    assert min(LEASE_LEFT["locked-1"], LEASE_LEFT["locked-2"]) < LEASE_LEFT["free"], LEASE_LEFT
 
 
 def test_run_takes_tags_search_attributes_and_an_execution_timeout():
