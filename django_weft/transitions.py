@@ -12,7 +12,7 @@ Every function is one transaction over one run row (or one page of rows for clai
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -28,6 +28,7 @@ from .deliveries import fail_pending_updates as fail_pending_updates
 from .deliveries import fail_updates_of_closed_runs as fail_updates_of_closed_runs
 from .deliveries import record_event as record_event
 from .exceptions import FencingError, TransitionNotAllowed, WorkflowNotFound
+from .lease_renewals import renew as renew  # re-exported: the lease keeper's and heartbeats' renewal
 from .models import (
     AsyncActivity,
     AsyncStatus,
@@ -314,40 +315,6 @@ def release(claim: Claim, now: datetime, *, retry_at: datetime | None = None, re
         return False
     wakeups.runnable(claim.run.pk, retry_at or now, now)
     return True
-
-
-def renew(claims: Iterable[Claim], now: datetime) -> None:
-    """Extend the leases of runs held by a live executor; mark the ones it lost.
-
-    One transaction for all: the held rows are read with SKIP LOCKED, so a row another transaction holds (a
-    signal sent inside a caller's long transaction) holds up no other run's renewal; it is renewed at the next
-    beat. Those still held by this claim (fence, running, owner: a release() racing the renewal is not undone)
-    get the new lease in one UPDATE.
-    """
-    live = [held for held in claims if not held.lost]
-    if not live:
-        return
-    expiry = _lease_expiry(now)
-    connection = transaction.get_connection()
-    rows = Workflow.objects.filter(pk__in=[held.run.pk for held in live])
-    with transaction.atomic():
-        locked = rows.select_for_update(skip_locked=True, no_key=connection.features.has_select_for_no_key_update)
-        seen = {pk: (fence, status, owner) for pk, fence, status, owner
-                in locked.values_list("pk", "fence", "status", "lease_owner")}
-        missing = [held.run.pk for held in live if held.run.pk not in seen]
-        busy = set(rows.filter(pk__in=missing).values_list("pk", flat=True)) if missing else set()
-        kept = []
-        for held in live:
-            if held.run.pk in busy:
-                continue
-            if seen.get(held.run.pk) == (held.fence, S.RUNNING, held.owner):
-                kept.append(held)
-            else:
-                held.lost = True  # taken over, ended, handed back, or gone
-        if kept:
-            Workflow.objects.filter(pk__in=[held.run.pk for held in kept]).update(runnable_at=expiry)
-    for held in kept:
-        held.lease_until = expiry
 
 
 # --- external transitions ----------------------------------------------------------------------------
