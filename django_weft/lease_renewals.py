@@ -22,6 +22,11 @@ if TYPE_CHECKING:
 S = RunStatus
 
 
+def lease_expiry(now: datetime) -> datetime:
+    """When a lease taken or renewed at ``now`` runs out."""
+    return now + timedelta(seconds=weft_settings.LEASE_SECONDS)
+
+
 def renew(claims: Iterable[Claim], now: datetime) -> None:
     """Extend the leases of runs held by a live executor; mark the ones it lost.
 
@@ -34,16 +39,16 @@ def renew(claims: Iterable[Claim], now: datetime) -> None:
     live = [held for held in claims if not held.lost]
     if not live:
         return
-    expiry = now + timedelta(seconds=weft_settings.LEASE_SECONDS)
+    expiry = lease_expiry(now)
     alias = router.db_for_write(Workflow)
     runs = Workflow.objects.using(alias)
-    if not connections[alias].features.has_select_for_update:  # SQLite: no row locks to skip
+    features = connections[alias].features
+    if not features.has_select_for_update:  # SQLite: no row locks to skip
         _renew_each(runs, live, expiry)
         return
     rows = runs.filter(pk__in=[held.run.pk for held in live])
     with transaction.atomic(using=alias):
-        locked = rows.select_for_update(skip_locked=True,
-                                        no_key=connections[alias].features.has_select_for_no_key_update)
+        locked = rows.select_for_update(skip_locked=True, no_key=features.has_select_for_no_key_update)
         seen = {pk: (fence, status, owner) for pk, fence, status, owner
                 in locked.values_list("pk", "fence", "status", "lease_owner")}
         missing = [held.run.pk for held in live if held.run.pk not in seen]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from django.db import transaction
@@ -28,6 +28,7 @@ from .deliveries import fail_pending_updates as fail_pending_updates
 from .deliveries import fail_updates_of_closed_runs as fail_updates_of_closed_runs
 from .deliveries import record_event as record_event
 from .exceptions import FencingError, TransitionNotAllowed, WorkflowNotFound
+from .lease_renewals import lease_expiry as _lease_expiry
 from .lease_renewals import renew as renew  # re-exported: the lease keeper's and heartbeats' renewal
 from .models import (
     AsyncActivity,
@@ -76,10 +77,6 @@ SCHEDULE_OVERLAP = "schedule_overlap"  # its schedule's overlap policy cancel_ot
 
 def can_transition(current: str, target: str) -> bool:
     return target in ALLOWED[current]
-
-
-def _lease_expiry(now: datetime) -> datetime:
-    return now + timedelta(seconds=weft_settings.LEASE_SECONDS)
 
 
 def _send_on_commit(signal: Any, run: Workflow) -> None:
@@ -201,8 +198,7 @@ def commit(claim: Claim, now: datetime, writes: Sequence[journal.JournalWrite] =
     of it has passed (the lease keeper renews it too; a commit that leaves the indexed runnable_at alone is a
     HOT update on PostgreSQL, adding no entry to the run table's indexes)."""
     left = None if claim.lease_until is None else (claim.lease_until - now).total_seconds()
-    renew = left is None or left < weft_settings.LEASE_SECONDS * 2 / 3
-    if renew:
+    if left is None or left < weft_settings.LEASE_SECONDS * 2 / 3:
         lease = _lease_expiry(now)
         _fenced_write(claim, now, writes, runnable_at=lease)
         claim.lease_until = lease
