@@ -54,8 +54,10 @@ def bound_cursor(connection: BaseDatabaseWrapper, *, prepare: bool = True, state
         return connection.cursor()
     import psycopg
 
-    connection.ensure_connection()
     raw = connection.connection
+    if raw is None:
+        connection.ensure_connection()
+        raw = connection.connection
     if not isinstance(raw, psycopg.Connection):  # psycopg2: it binds on the client whatever the cursor
         return connection.cursor()
     # Not while queries are logged (DEBUG, CaptureQueriesContext): Django cannot show a prepared statement's SQL.

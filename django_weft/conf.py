@@ -1,6 +1,10 @@
 """Lazy access to WEFT_* settings.
 
-Settings are read on every access, never cached at import time, so ``override_settings`` works.
+A setting is read from ``django.conf.settings`` at its first use and kept until Django announces a change of
+a WEFT_* setting (``setting_changed``: ``override_settings``, pytest-django's ``settings`` fixture), so
+``override_settings`` works and the engine's hot path does not pay Django's settings lookup (an exception for
+every setting left at its default) a dozen times a step. Code that assigns ``settings.WEFT_*`` directly calls
+``weft_settings.reload()`` after it.
 """
 
 from __future__ import annotations
@@ -9,6 +13,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
+from django.core.signals import setting_changed
 
 DEFAULTS: dict[str, Any] = {
     # Largest encoded payload (input, result, activity result) in bytes.
@@ -99,15 +104,35 @@ EXECUTORS = ("loop", "celery")
 
 
 class WeftSettings:
+    def __init__(self) -> None:
+        self._read: dict[str, Any] = {}
+
     def __getattr__(self, name: str) -> Any:
+        try:
+            return self._read[name]
+        except KeyError:
+            pass
         if name not in DEFAULTS:
             raise AttributeError(f"Unknown django_weft setting WEFT_{name}")
         value = getattr(settings, f"WEFT_{name}", DEFAULTS[name])
         if name == "RETENTION":
             merged = dict(DEFAULTS["RETENTION"])
             merged.update(value)
-            return merged
+            return merged  # a copy each time: callers may change it
+        self._read[name] = value
         return value
+
+    def reload(self) -> None:
+        """Forget what was read: the next use of each setting reads it again."""
+        self._read.clear()
 
 
 weft_settings = WeftSettings()
+
+
+def _setting_changed(*, setting: str, **kwargs: Any) -> None:
+    if setting.startswith("WEFT_"):
+        weft_settings.reload()
+
+
+setting_changed.connect(_setting_changed, dispatch_uid="django_weft.conf")

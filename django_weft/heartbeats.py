@@ -75,7 +75,9 @@ class AttemptControl:
         # The attempt runs on an event loop in the thread of a caller's transaction: its ORM writes wait
         # until it ends (a thread of its own could not see the caller's rows).
         self.hold_writes = False
-        self._stop = threading.Event()
+        # A flag, not an Event: nothing waits on it, and an Event (a Condition and its lock) costs more than the
+        # rest of the attempt's bookkeeping. Set after stop_reason, so whoever sees it set reads the reason.
+        self._stopped = False
         self.stop_reason = ""
         self._unwritten: tuple[bytes | None] | None = None  # details not written yet, if any
         self._last_write = -float("inf")
@@ -91,13 +93,13 @@ class AttemptControl:
 
     def cancel(self, reason: str) -> None:
         """Ask the attempt to stop; its next heartbeat raises ActivityCancelled with ``reason``."""
-        if not self._stop.is_set():
+        if not self._stopped:
             self.stop_reason = reason
-            self._stop.set()
+            self._stopped = True
 
     @property
     def cancelled(self) -> bool:
-        return self._stop.is_set()
+        return self._stopped
 
     def silent_too_long(self, now: float) -> bool:
         return (self.started is not None and self.heartbeat_timeout is not None
@@ -128,7 +130,7 @@ class AttemptControl:
             self.cancel("the run was cancelled, timed out or taken away from this executor")
         if self.past_deadline(time.monotonic()):
             self.cancel("the attempt passed its timeout")
-        if self._stop.is_set():
+        if self._stopped:
             raise ActivityCancelled(f"activity step {self._seq} attempt {self._attempt}: {self.stop_reason}")
 
     def write(self) -> None:

@@ -14,7 +14,7 @@ from operator import attrgetter
 from typing import Any, cast
 
 from django.db import connections, router, transaction
-from django.db.models import NOT_PROVIDED, Field, Model
+from django.db.models import NOT_PROVIDED, DateField, DateTimeField, Field, Model
 
 from . import attribute_rows, group_commit, wakeups
 from .bound_cursor import Converter, bound_cursor, converter
@@ -106,15 +106,16 @@ JournalWrite = (InsertStep | UpdateStep | InsertTimer | FireTimer | ConsumeSigna
                 | ResolveAsync | CancelChild | ApplyUpdate | SetSearchAttributes)
 
 
-def announce(run: Workflow, writes: Sequence[JournalWrite]) -> None:
-    """Inside the transaction that applied ``writes`` to ``run``: tell the observability hooks what it
-    recorded (they count finished steps and send the activity and signal signals after it commits)."""
+def announce(run: Workflow, writes: Sequence[JournalWrite], *, committed: bool = False) -> None:
+    """Inside the transaction that applied ``writes`` to ``run`` (or once the statement that applied them
+    committed: ``committed``): tell the observability hooks what it recorded (they count finished steps and
+    send the activity and signal signals after it commits)."""
     if not events.watching_steps():
         return
     steps = [w.step for w in writes if isinstance(w, InsertStep | UpdateStep)]
     consumed = [(w.signal_pk, w.name, w.seq) for w in writes if isinstance(w, ConsumeSignal)]
     if steps or consumed:
-        events.steps_committed(run, steps, consumed)
+        events.steps_committed(run, steps, consumed, committed=committed)
 
 
 def apply(writes: Iterable[JournalWrite]) -> None:
@@ -214,9 +215,11 @@ def _insertable(model: type[Model]) -> tuple[tuple[Field, Callable[[Model], Any]
     NULL may be left out. A field that sets its value on save (auto_now, a pk default) is asked through
     pre_save(); the others' value is their attribute."""
     def reader(field: Field) -> Callable[[Model], Any]:
-        if type(field).pre_save is not Field.pre_save:
+        plain_date = (type(field).pre_save in (DateField.pre_save, DateTimeField.pre_save)
+                      and not getattr(field, "auto_now", False) and not getattr(field, "auto_now_add", False))
+        if type(field).pre_save is not Field.pre_save and not plain_date:
             return lambda obj: field.pre_save(obj, True)
-        return attrgetter(field.attname)
+        return attrgetter(field.attname)  # a date field without auto_now(_add) saves its attribute as it is
     return tuple((f, reader(f), converter(f), f.null and f.db_default is NOT_PROVIDED)
                  for f in model._meta.concrete_fields if not getattr(f, "generated", False))
 
@@ -236,6 +239,15 @@ def _fields(model: type[Model], names: tuple[str, ...]) -> tuple[Field, ...]:
 @cache
 def _step_columns() -> tuple[tuple[Callable[[Any], Any], Converter], ...]:
     return tuple((attrgetter(field.attname), converter(field)) for field in _fields(WorkflowStep, _STEP_COLUMNS))
+
+
+@lru_cache(maxsize=64)
+def _run_assignments(names: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[Converter, ...], Converter]:
+    """For a step commit that sets the run fields ``names``: their columns, their converters, and the run id's
+    (looked up once per shape: a field's hash is computed at each lookup)."""
+    fields = _fields(Workflow, names)
+    return (tuple(str(field.column) for field in fields), tuple(converter(field) for field in fields),
+            converter(Workflow._meta.pk))
 
 
 @cache
@@ -260,15 +272,14 @@ def write_in_one_statement(run_id: Any, fence: int, status: str, fields: dict[st
         return None
     if any(hasattr(value, "resolve_expression") for value in fields.values()):
         return None
-    assigned = tuple(fields)
-    values = [converter(field)(value, connection)
-              for field, value in zip(_fields(Workflow, assigned), fields.values(), strict=True)]
+    columns, converters, run_id_converter = _run_assignments(tuple(fields))
+    values = [convert(value, connection) for convert, value in zip(converters, fields.values(), strict=True)]
     steps = [w.step for w in writes]  # type: ignore[union-attr]
     step_columns = _step_columns()
     rows = [[convert(read(step), connection) for read, convert in step_columns] for step in steps]
     request = group_commit.StepCommit(
-        run_id=converter(Workflow._meta.pk)(run_id, connection), fence=fence, status=status,
-        assignments=tuple(str(field.column) for field in _fields(Workflow, assigned)), values=values, rows=rows)
+        run_id=run_id_converter(run_id, connection), fence=fence, status=status,
+        assignments=columns, values=values, rows=rows)
     group_commit.commit(connection, request, _tables())
     if not request.held:
         return False

@@ -15,6 +15,7 @@ from . import attributes, clock
 from .codec import encode
 from .durations import check_moment, to_seconds
 from .exceptions import InvalidArgument
+from .instances import new_instance
 from .models import Workflow
 from .observability import events
 from .registry import WorkflowDefinition
@@ -111,8 +112,10 @@ def prepare_run(
     except OverflowError:
         raise InvalidArgument(f"start_at {begins.isoformat()} plus execution_timeout {timeout_seconds:g}s is past "
                               "the last representable date") from None
-    run = Workflow(
-        run_id=uuid.uuid4(),
+    run_id = uuid.uuid4()
+    return new_instance(Workflow, dict(
+        run_id=run_id,
+        workflow_id=workflow_id or str(run_id),
         workflow_type=definition.name,
         version=definition.version,
         input=encoded_input,
@@ -124,6 +127,4 @@ def prepare_run(
         created_at=now,
         updated_at=now,
         trace_context=events.trace_context(),  # its executions link to the trace that started it
-    )
-    run.workflow_id = workflow_id or str(run.run_id)
-    return run
+    ))

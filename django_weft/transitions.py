@@ -43,6 +43,7 @@ from .models import (
     Workflow,
     WorkflowUpdate,
 )
+from .observability import events
 
 logger = logging.getLogger("django_weft.transitions")
 
@@ -80,7 +81,7 @@ def can_transition(current: str, target: str) -> bool:
 
 
 def _send_on_commit(signal: Any, run: Workflow) -> None:
-    transaction.on_commit(lambda: signal.send_robust(sender=Workflow, run=run))
+    events.run_event(signal, run)  # counted and sent once the transaction commits
 
 
 # --- creating runs -----------------------------------------------------------------------------------
@@ -176,8 +177,8 @@ def _fenced_write(claim: Claim, now: datetime, writes: Sequence[journal.JournalW
         fast = journal.write_in_one_statement(run.pk, claim.fence, S.RUNNING, fields, pending)
         if fast is False:
             raise _refused(claim)
-        if fast is True:
-            journal.announce(run, pending)
+        if fast is True:  # committed: one statement, outside any transaction
+            journal.announce(run, pending, committed=True)
             return
     with transaction.atomic():
         if touches_others:

@@ -18,6 +18,7 @@ from typing import Any
 from django.conf import settings
 from django.test.utils import override_settings
 
+from ..conf import weft_settings
 from .core import BenchError
 from .processes import drive_bench
 from .subprocesses import READY_SECONDS, Children, child_env
@@ -29,6 +30,7 @@ ENV_CELERY_QUEUE = "WEFT_BENCH_CELERY_QUEUE"
 
 if os.environ.get(ENV_CELERY_QUEUE):  # imported (-I) by the bench's Celery worker
     settings.WEFT_CELERY_QUEUE = os.environ[ENV_CELERY_QUEUE]
+    weft_settings.reload()  # read again: assigned directly
 
 
 def _sanitize(url: str) -> str:

@@ -28,6 +28,7 @@ from django.conf import settings
 from django.db import connections, router
 
 from .. import clock
+from ..conf import weft_settings
 from .core import BenchError
 
 READY_LINE = "weft_maintenance: running with"
@@ -64,6 +65,7 @@ def maintenance_child() -> None:
         settings.WEFT_NOTIFY = os.environ[ENV_NOTIFY] == "1"
     # The project's code-defined schedules are not synced into the bench's database.
     settings.WEFT_SCHEDULES = {}
+    weft_settings.reload()  # read again: assigned directly
     go = os.environ.get(ENV_GO)
     if go:  # --prestart: every process starts executing at the same moment, after every run is started
         print(WAITING_LINE, flush=True)

@@ -110,6 +110,25 @@ def execution(run: Workflow) -> Iterator[Execution]:
             _metrics.execution_ended(run.workflow_type, report.outcome or "error", time.monotonic() - began)
 
 
+def run_event(signal: Any, run: Workflow) -> None:
+    """Inside the transaction that started or ended ``run`` (``signal``: workflow_started or the signal of
+    how it ended): once it commits, count it and send ``signal``. Nothing is held for the commit when nothing
+    counts or listens."""
+    if _metrics is None and not signal.receivers:
+        return
+    transaction.on_commit(lambda: _run_event_committed(signal, run))
+
+
+def _run_event_committed(signal: Any, run: Workflow) -> None:
+    if _metrics is not None:
+        if signal is signals.workflow_started:
+            _metrics.run_started(run.workflow_type)
+        else:
+            _metrics.run_finished(run.workflow_type, run.status)
+    if signal.receivers:
+        signal.send_robust(sender=Workflow, run=run)
+
+
 def takeover(run: Workflow) -> None:
     """This execution took ``run`` over from an executor whose lease expired."""
     if _metrics is not None:
@@ -180,22 +199,29 @@ def watching_steps() -> bool:
         or signals.signal_consumed.receivers)
 
 
-def steps_committed(run: Workflow, steps: Sequence[WorkflowStep], consumed: Sequence[tuple[int, str, int]]) -> None:
+def steps_committed(run: Workflow, steps: Sequence[WorkflowStep], consumed: Sequence[tuple[int, str, int]], *,
+                    committed: bool = False) -> None:
     """Inside the transaction that records ``steps`` and consumes signals (pk, name, seq) for ``run``: once it
-    commits, count the steps that finished and send the activity and signal_consumed signals."""
+    commits, count the steps that finished and send the activity and signal_consumed signals. ``committed``:
+    the statement that recorded them committed already (autocommit), so they are reported now."""
+    after_commit = _now if committed else transaction.on_commit
     if _metrics is not None:
         timed = [(step.kind, (step.finished_at - step.started_at).total_seconds()) for step in steps
                  if step.finished_at is not None and step.started_at is not None and step.status in _ENDED]
         if timed:  # after the commit: a rolled-back step is recorded (and counted) again by the next execution
-            transaction.on_commit(lambda: [_metrics.step_ended(kind, seconds) for kind, seconds in timed])
+            after_commit(lambda: [_metrics.step_ended(kind, seconds) for kind, seconds in timed])
     listened = signals.activity_completed.receivers or signals.activity_failed.receivers
     announced = [step for step in steps if step.kind == StepKind.ACTIVITY and _activity_ended(step)] if listened else []
     if announced:
-        transaction.on_commit(lambda: _send_activities(run, announced))
+        after_commit(lambda: _send_activities(run, announced))
     if consumed and signals.signal_consumed.receivers:
-        transaction.on_commit(lambda: [
+        after_commit(lambda: [
             signals.signal_consumed.send_robust(sender=Workflow, run=run, signal_pk=pk, name=name, seq=seq)
             for pk, name, seq in consumed])
+
+
+def _now(fn: Callable[[], Any]) -> None:
+    fn()
 
 
 _ENDED = (StepStatus.COMPLETED, StepStatus.FAILED)

@@ -26,7 +26,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from .. import clock, signals
+from .. import clock
 from ..conf import weft_settings
 from ..models import Schedule, ScheduleStatus, Timer, Workflow
 
@@ -60,10 +60,6 @@ DEADLOCK_RETRIES = Counter("weft_deadlock_retries",
                            "reason (deadlock, lock_wait_timeout).", ["transition", "reason"], registry=REGISTRY)
 BUSY = Gauge("weft_executor_threads_busy", "Executions of runs in progress in this process.",
              multiprocess_mode="livesum", registry=REGISTRY)
-
-_FINISH_SIGNALS = (signals.workflow_completed, signals.workflow_failed, signals.workflow_cancelled,
-                   signals.workflow_timed_out)
-
 
 # --- what the hooks in .events call ---------------------------------------------------------------------
 
@@ -99,18 +95,13 @@ def step_ended(kind: str, seconds: float) -> None:
     _child(STEP_SECONDS, kind).observe(max(0.0, seconds))
 
 
-# Runs are counted from the run signals, which are sent once, after the commit that started or ended them.
-def _run_started(sender: Any, run: Workflow, **kwargs: Any) -> None:
-    _child(RUNS_STARTED, run.workflow_type).inc()
+# Runs are counted where the run signals are sent: once, after the commit that started or ended them.
+def run_started(workflow_type: str) -> None:
+    _child(RUNS_STARTED, workflow_type).inc()
 
 
-def _run_finished(sender: Any, run: Workflow, **kwargs: Any) -> None:
-    _child(RUNS_FINISHED, run.workflow_type, run.status).inc()
-
-
-signals.workflow_started.connect(_run_started, sender=Workflow, dispatch_uid="django_weft.metrics.started")
-for _signal in _FINISH_SIGNALS:
-    _signal.connect(_run_finished, sender=Workflow, dispatch_uid="django_weft.metrics.finished")
+def run_finished(workflow_type: str, status: str) -> None:
+    _child(RUNS_FINISHED, workflow_type, status).inc()
 
 
 # --- read from the database at scrape time ----------------------------------------------------------------

@@ -16,6 +16,7 @@ from ... import clock, journal, transitions
 from ...activities import ActivityInfo
 from ...conf import weft_settings
 from ...exceptions import FencingError, InvalidArgument, NonDeterminismError
+from ...instances import new_instance
 from ...models import StepKind, Timer, WorkflowStep
 from ..attempt_pool import AttemptPool
 from ..errors import HistoryLimitReached, ReplayFrontier, StopExecution, Suspend, is_transient, refused_by_database
@@ -173,10 +174,10 @@ class ReplayCore:
     def _step(self, seq: int, kind: str, name: str, status: str, *, attempt: int = 1,
               result: bytes | memoryview | None = None, error: dict | None = None, started: datetime,
               finished: datetime | None, failure_category: str = "") -> WorkflowStep:
-        return WorkflowStep(
+        return new_instance(WorkflowStep, dict(
             run_id=self.run_id, seq=seq, kind=kind, name=name[:255], status=status, attempt=attempt,
             result=result, error=error, started_at=started, finished_at=finished, failure_category=failure_category,
-        )
+        ))
 
     def _record(self, step: WorkflowStep, existing: WorkflowStep | None) -> journal.JournalWrite:
         """The write that stores ``step`` (new, or replacing ``existing``); the journal sees it at once."""
