@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from django.db import connection
 from django.db.models.signals import post_init, pre_init
 from django.test import override_settings
 
@@ -91,3 +92,16 @@ def test_runs_and_steps_made_without_init_store_what_the_model_would():
     steps = list(WorkflowStep.objects.filter(run_id=run.pk).order_by("seq"))
     assert [(s.seq, s.kind, s.status, s.attempt, s.failure_category) for s in steps] == [
         (1, "activity", "completed", 1, ""), (2, "activity", "completed", 1, "")]
+
+
+def test_empty_json_defaults_are_stored_as_json_not_text():
+    handle = weft.run("test.steps", {"key": "empty-json", "count": 1})
+
+    run = handle.refresh()
+    assert (run.tags, run.search_attributes, run.awaiting_signals) == ([], {}, [])
+    assert Workflow.objects.filter(pk=run.pk, tags=[], search_attributes={}, awaiting_signals=[]).exists()
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT jsonb_typeof(tags), jsonb_typeof(search_attributes), jsonb_typeof(awaiting_signals) "
+                           f"FROM {Workflow._meta.db_table} WHERE run_id = %s", [run.pk])
+            assert cursor.fetchone() == ("array", "object", "array")

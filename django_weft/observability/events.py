@@ -154,39 +154,49 @@ def attempt(body: Callable[..., Any], info: AttemptInfo, run: Workflow, *, is_as
         return body
     if is_async:
         async def run_async(*args: Any, **kwargs: Any) -> Any:
-            with _attempt_scope(info, run):
+            with _AttemptScope(info, run):
                 return await body(*args, **kwargs)
         return run_async
 
     def run_sync(*args: Any, **kwargs: Any) -> Any:
-        with _attempt_scope(info, run):
+        with _AttemptScope(info, run):
             return body(*args, **kwargs)
     return run_sync
 
 
-@contextmanager
-def _attempt_scope(info: AttemptInfo, run: Workflow) -> Iterator[None]:
-    if signals.activity_started.receivers:
-        # On the attempt's own thread no transaction is open, so this sends at once; inside a caller's
-        # transaction (run_maintenance in atomic()) it waits for that transaction's commit.
-        transaction.on_commit(lambda: signals.activity_started.send_robust(
-            sender=Workflow, run=run, activity=info.activity, seq=info.seq, attempt=info.attempt))
-    began = time.monotonic()
-    outcome = "failed"
-    spans = _spans()
-    span = spans.attempt_span(run, info) if spans is not None else nullcontext()
-    try:
-        with span:
-            try:
-                yield
-            except BaseException as exc:  # weft.complete_async() is a BaseException: the attempt parked
-                if type(exc).__name__ == "CompleteAsync":
-                    outcome = "async"
-                raise
+class _AttemptScope:
+    """Around one attempt: ``activity_started``, its span, and its duration by outcome. A class rather than a
+    generator context manager: it is entered once per activity attempt, and a generator costs more."""
+
+    __slots__ = ("began", "info", "run", "span")
+
+    def __init__(self, info: AttemptInfo, run: Workflow) -> None:
+        self.info, self.run = info, run
+
+    def __enter__(self) -> None:
+        info, run = self.info, self.run
+        if signals.activity_started.receivers:
+            # On the attempt's own thread no transaction is open, so this sends at once; inside a caller's
+            # transaction (run_maintenance in atomic()) it waits for that transaction's commit.
+            transaction.on_commit(lambda: signals.activity_started.send_robust(
+                sender=Workflow, run=run, activity=info.activity, seq=info.seq, attempt=info.attempt))
+        self.began = time.monotonic()
+        spans = _spans()
+        self.span = spans.attempt_span(run, info) if spans is not None else None
+        if self.span is not None:
+            self.span.__enter__()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        if exc_type is None:
             outcome = "completed"
-    finally:
-        if _metrics is not None:
-            _metrics.attempt_ended(info.activity, outcome, time.monotonic() - began)
+        else:  # weft.complete_async() is a BaseException: the attempt parked
+            outcome = "async" if exc_type.__name__ == "CompleteAsync" else "failed"
+        try:
+            if self.span is not None:
+                self.span.__exit__(exc_type, exc, tb)
+        finally:
+            if _metrics is not None:
+                _metrics.attempt_ended(self.info.activity, outcome, time.monotonic() - self.began)
 
 
 # --- what a fenced commit recorded ---------------------------------------------------------------------
