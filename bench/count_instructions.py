@@ -92,10 +92,16 @@ def main() -> None:
         raise SystemExit("set DATABASE_URL to a PostgreSQL database nothing else uses")
     if args.n2 <= args.n1:
         raise SystemExit("--n2 must be larger than --n1")
-    try:
-        (low, package), (high, _) = instructions(args.shape, args.n1), instructions(args.shape, args.n2)
-    finally:
+    def clean() -> None:  # each measured child starts from the same table
         subprocess.run([sys.executable, __file__, "--child", "cleanup", "0"], check=True)
+
+    try:
+        clean()
+        low, package = instructions(args.shape, args.n1)
+        clean()
+        high, _ = instructions(args.shape, args.n2)
+    finally:
+        clean()
     per_run = (high - low) / (args.n2 - args.n1)
     print(f"{package} {args.shape}: {per_run / 1e6:.2f} million instructions per three-step run "
           f"({args.n1} runs: {low:,}; {args.n2} runs: {high:,})")

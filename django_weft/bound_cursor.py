@@ -54,10 +54,8 @@ def bound_cursor(connection: BaseDatabaseWrapper, *, prepare: bool = True, state
         return connection.cursor()
     import psycopg
 
+    connection.ensure_connection()  # also Django's check that no event loop runs in this thread
     raw = connection.connection
-    if raw is None:
-        connection.ensure_connection()
-        raw = connection.connection
     if not isinstance(raw, psycopg.Connection):  # psycopg2: it binds on the client whatever the cursor
         return connection.cursor()
     # Not while queries are logged (DEBUG, CaptureQueriesContext): Django cannot show a prepared statement's SQL.
@@ -159,7 +157,7 @@ def converter(field: Field) -> Converter:
     if _unchanged_from(field, models.JSONField) and field.encoder is None:
         def json_value(value: Any, connection: BaseDatabaseWrapper) -> Any:
             # The engine's usual defaults ([] tags, {} attributes), on psycopg 3.
-            if not value and type(value) in (list, dict) and connection.vendor == "postgresql":
+            if type(value) in (list, dict) and not value and connection.vendor == "postgresql":
                 empty = _empty_json()
                 if empty is not None:
                     return empty[type(value)]

@@ -106,6 +106,8 @@ EXECUTORS = ("loop", "celery")
 class WeftSettings:
     def __init__(self) -> None:
         self._read: dict[str, Any] = {}
+        # Counts reloads: a value read while a reload happened (another thread's override_settings) is not kept.
+        self._generation = 0
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -114,16 +116,19 @@ class WeftSettings:
             pass
         if name not in DEFAULTS:
             raise AttributeError(f"Unknown django_weft setting WEFT_{name}")
+        generation = self._generation
         value = getattr(settings, f"WEFT_{name}", DEFAULTS[name])
         if name == "RETENTION":
             merged = dict(DEFAULTS["RETENTION"])
             merged.update(value)
             return merged  # a copy each time: callers may change it
-        self._read[name] = value
+        if generation == self._generation:
+            self._read[name] = value
         return value
 
     def reload(self) -> None:
         """Forget what was read: the next use of each setting reads it again."""
+        self._generation += 1
         self._read.clear()
 
 

@@ -266,8 +266,8 @@ def write_in_one_statement(run_id: Any, fence: int, status: str, fields: dict[st
     else whether the fence held (False: nothing was written).
     """
     connection = connections[router.db_for_write(Workflow)]
-    if connection.vendor != "postgresql" or connection.in_atomic_block:
-        return None
+    if connection.vendor != "postgresql" or connection.in_atomic_block or not connection.get_autocommit():
+        return None  # the statement would not commit on its own
     if not all(isinstance(w, InsertStep) for w in writes):
         return None
     if any(hasattr(value, "resolve_expression") for value in fields.values()):

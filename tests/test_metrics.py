@@ -224,3 +224,32 @@ def test_the_metrics_port_asks_for_the_token_when_one_is_set(settings):
             assert response.status == 200
     finally:
         server.shutdown()
+
+
+def test_a_start_rolled_back_is_not_counted_and_a_run_in_the_caller_is_counted_once(client):
+    before = scrape(client)
+    with pytest.raises(RuntimeError), transaction.atomic():
+        weft.start("test.steps", {"key": "rolled-back", "count": 1})
+        raise RuntimeError("the caller's transaction rolls back")
+    handle = weft.run("test.steps", {"key": "in-caller-counted", "count": 3})  # each step its own statement
+    after = scrape(client)
+
+    def delta(name: str, **labels: str) -> float:
+        return value(after, name, **labels) - value(before, name, **labels)
+
+    assert handle.status == "completed"
+    assert delta("weft_runs_started_total", workflow_type="test.steps") == 1
+    assert delta("weft_runs_finished_total", workflow_type="test.steps", status="completed") == 1
+    assert delta("weft_step_duration_seconds_count", kind="activity") == 3
+    assert delta("weft_activity_attempt_duration_seconds_count", activity="tests.testapp.workflows.record",
+                 outcome="completed") == 3
+
+
+def test_an_attempt_that_hands_out_its_token_is_timed_as_async(client, weft_env):
+    before = scrape(client)
+    weft.start("test.async", "metrics-async")
+    weft_env.drive()
+    after = scrape(client)
+    assert value(after, "weft_activity_attempt_duration_seconds_count", activity="tests.testapp.workflows.ask_human",
+                 outcome="async") - value(before, "weft_activity_attempt_duration_seconds_count",
+                                          activity="tests.testapp.workflows.ask_human", outcome="async") == 1

@@ -10,6 +10,7 @@ Django signals, whether anyone listens), so with everything off a hook costs a c
 from __future__ import annotations
 
 import importlib
+import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
@@ -22,6 +23,8 @@ from django.db import transaction
 from .. import signals
 from ..conf import weft_settings
 from ..models import StepKind, StepStatus, Workflow, WorkflowStep
+
+logger = logging.getLogger("django_weft.observability")
 
 _metrics: ModuleType | None = None
 _tracing: ModuleType | None = None
@@ -121,10 +124,13 @@ def run_event(signal: Any, run: Workflow) -> None:
 
 def _run_event_committed(signal: Any, run: Workflow) -> None:
     if _metrics is not None:
-        if signal is signals.workflow_started:
-            _metrics.run_started(run.workflow_type)
-        else:
-            _metrics.run_finished(run.workflow_type, run.status)
+        try:  # after the commit: a failing metric must not cost the caller its return, nor receivers the signal
+            if signal is signals.workflow_started:
+                _metrics.run_started(run.workflow_type)
+            else:
+                _metrics.run_finished(run.workflow_type, run.status)
+        except Exception:
+            logger.exception("counting run %s in the metrics failed", run.pk)
     if signal.receivers:
         signal.send_robust(sender=Workflow, run=run)
 

@@ -10,7 +10,6 @@ Activity attempts are its children; the runs a schedule tick starts remember the
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -24,27 +23,11 @@ _tracer = trace.get_tracer("django_weft")
 _NO_SDK = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
 
 
-# When recording() last found no SDK (monotonic seconds), and whether one was found: OpenTelemetry lets a
-# process set its provider once, so once found it stays.
-_no_sdk_seen_at: float | None = None
-_sdk_found = False
-RECHECK_SECONDS = 1.0
-
-
 def recording() -> bool:
     """Whether the application installed a tracer provider (an SDK). Without one every span is a no-op that
-    still costs about 20 us to open and close, twice per step, so the engine opens none. An application may
-    install its provider after Django started: without one, the answer is asked again at most a second later
-    (asking reads the environment, several times per step otherwise)."""
-    global _no_sdk_seen_at, _sdk_found
-    if _sdk_found:
-        return True
-    now = time.monotonic()
-    if _no_sdk_seen_at is not None and now - _no_sdk_seen_at < RECHECK_SECONDS:
-        return False
-    _sdk_found = not isinstance(trace.get_tracer_provider(), _NO_SDK)
-    _no_sdk_seen_at = None if _sdk_found else now
-    return _sdk_found
+    still costs about 20 us to open and close, twice per step, so the engine opens none. Asked at each use:
+    an application may install its provider after Django started."""
+    return not isinstance(trace.get_tracer_provider(), _NO_SDK)
 
 
 def carrier() -> dict | None:
