@@ -154,7 +154,7 @@ def converter(field: Field) -> Converter:
                                           else generic(value, connection))
     if _unchanged_from(field, models.BinaryField):
         return lambda value, connection: value if type(value) is bytes else generic(value, connection)
-    if _unchanged_from(field, models.JSONField) and field.encoder is None:
+    if _unchanged_from(field, models.JSONField) and getattr(field, "encoder", None) is None:
         def json_value(value: Any, connection: BaseDatabaseWrapper) -> Any:
             # The engine's usual defaults ([] tags, {} attributes), on psycopg 3.
             if type(value) in (list, dict) and not value and connection.vendor == "postgresql":
