@@ -80,10 +80,6 @@ def can_transition(current: str, target: str) -> bool:
     return target in ALLOWED[current]
 
 
-def _send_on_commit(signal: Any, run: Workflow) -> None:
-    events.run_event(signal, run)  # counted and sent once the transaction commits
-
-
 # --- creating runs -----------------------------------------------------------------------------------
 
 
@@ -95,7 +91,7 @@ def insert_run(run: Workflow, *, delayed_until: datetime | None) -> Workflow:
     if delayed_until is not None:
         Timer.objects.create(run=run, purpose="delayed_start", fire_at=delayed_until)
     wakeups.runnable(run.pk, run.runnable_at or run.created_at, run.created_at)
-    _send_on_commit(signals.workflow_started, run)
+    events.run_event(signals.workflow_started, run)
     return run
 
 
@@ -108,7 +104,7 @@ def insert_claimed_run(run: Workflow, owner: str) -> Claim:
     run.started_at, run.runnable_at = now, _lease_expiry(now)
     journal.insert_row(run)
     attribute_rows.insert_for(run)
-    _send_on_commit(signals.workflow_started, run)
+    events.run_event(signals.workflow_started, run)
     return Claim(run=run, fence=run.fence, owner=owner, previous_status=S.PENDING, fresh=True,
                  inbox_seen=run.inbox_seq, lease_until=run.runnable_at)
 
@@ -249,7 +245,7 @@ def finish(claim: Claim, now: datetime, status: str, *, result: bytes | None = N
     run = claim.run
     run.status, run.result, run.error, run.finished_at = status, result, error, now
     run.failure_category, run.termination_reason = failure_category, termination_reason
-    _send_on_commit(FINISH_SIGNALS[status], run)
+    events.run_event(FINISH_SIGNALS[status], run)
 
 
 @lock_retries.retrying_held("continue_as_new")
@@ -428,7 +424,7 @@ def _close(run: Workflow, status: str, now: datetime, error: dict, *, terminatio
     run.status, run.finished_at, run.error, run.fence = status, now, error, run.fence + 1
     run.failure_category, run.termination_reason = category, termination_reason
     _after_close(run, now)
-    _send_on_commit(FINISH_SIGNALS[status], run)
+    events.run_event(FINISH_SIGNALS[status], run)
 
 
 @lock_retries.retrying("cancel")
