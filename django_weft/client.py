@@ -15,7 +15,18 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import DatabaseError, IntegrityError, transaction
 
-from . import clock, forks, liveness, lock_retries, queries, repairs, spent_keys, terminations, transitions
+from . import (
+    clock,
+    forks,
+    liveness,
+    lock_retries,
+    queries,
+    repairs,
+    signal_statement,
+    spent_keys,
+    terminations,
+    transitions,
+)
 from .codec import decode, encode
 from .durations import to_seconds
 from .exceptions import (
@@ -425,6 +436,8 @@ def signal(workflow_id: str, name: str, payload: Any = None, *, signal_id: str |
 
 
 def _deliver_signal(workflow_id: str, name: str, data: bytes, signal_id: str | None) -> bool:
+    if signal_id is None and signal_statement.deliver_in_one_statement(workflow_id, name, data, clock.now()):
+        return True
     with transaction.atomic():
         run = lock_open_run(workflow_id)
         if run is None:

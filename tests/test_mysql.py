@@ -207,12 +207,13 @@ def test_other_database_errors_are_not_retried():
     assert lock_retries.lock_conflict(IntegrityError(1062, "Duplicate entry")) is None
 
 
-def _deadlocking_first(table_write: str):
-    """A query wrapper that aborts the first statement starting with ``table_write`` as InnoDB's deadlock."""
+def _deadlocking_first(*table_writes: str):
+    """A query wrapper that aborts the first statement starting with one of ``table_writes`` as InnoDB's
+    deadlock."""
     aborted: list[str] = []
 
     def wrapper(execute, sql, params, many, context):
-        if not aborted and sql.lstrip().upper().startswith(table_write):
+        if not aborted and sql.lstrip().upper().startswith(table_writes):
             aborted.append(sql)
             raise _Deadlock()
         return execute(sql, params, many, context)
@@ -225,7 +226,8 @@ def test_an_operators_action_aborted_by_a_deadlock_is_run_again(action):
     # Seen on MariaDB: four threads terminating one run while its executor commits, and one terminate got
     # error 1213 instead of its answer. The action decides from what it reads under its lock: run it again.
     handle = weft.start("test.collect", 1, workflow_id=f"deadlocked-{action}")
-    wrapper, aborted = _deadlocking_first("INSERT" if action == "signal" else "UPDATE")
+    # A signal's write on PostgreSQL is one statement (WITH ... INSERT); elsewhere the INSERT of its row.
+    wrapper, aborted = _deadlocking_first(*(("INSERT", "WITH") if action == "signal" else ("UPDATE",)))
     with connection.execute_wrapper(wrapper):
         if action == "terminate":
             assert handle.terminate("operator") is True

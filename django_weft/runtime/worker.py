@@ -125,9 +125,11 @@ class Worker:
                     self.stop_event.wait(ERROR_BACKOFF_SECONDS)
                     continue
                 if not claims:
-                    self.run_bell.wait(rung, self._idle_delay())
-                    # Only an idle thread recycles its connection (CONN_MAX_AGE); a busy one keeps it.
-                    close_old_connections()
+                    # Only a thread that waited out its delay recycles its connection (CONN_MAX_AGE); a busy
+                    # one, or one woken for work, keeps it: recycling makes the next statement check the
+                    # connection first (CONN_HEALTH_CHECKS), a round trip between a wake-up and its claim.
+                    if not self.run_bell.wait(rung, self._idle_delay()):
+                        close_old_connections()
                     continue
                 self._leases.hold(claims)
                 self._drive_batch(claims)
