@@ -10,6 +10,7 @@ polling elsewhere.
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from datetime import timedelta
@@ -24,6 +25,8 @@ from .exceptions import InvalidArgument, UpdateFailed, UpdateRejected, WorkflowC
 from .models import RunStatus, UpdateStatus, Workflow, WorkflowUpdate
 from .starts import check_id, check_opaque_id
 from .wakeups import UPDATE_CHANNEL, notifies
+
+logger = logging.getLogger("django_weft.updates")
 
 MAX_UPDATE_ID_BYTES = 128
 # How long a poll waits at most between two looks at the reply (the first looks are sooner).
@@ -57,9 +60,9 @@ class UpdateHandle:
         deadline = None if seconds is None else time.monotonic() + seconds
         driver = client.driver_here()  # inside the test environment: it moves the run on, whatever the timeout
         if driver is None:
-            refuse_waiting_in_transaction("UpdateHandle.result()")
+            refuse_waiting_in_transaction("UpdateHandle.result()", stores=False)
         alias = router.db_for_write(WorkflowUpdate)  # where the executor's NOTIFY is sent
-        with _ReplyListener(alias, self._pk) as listener:
+        with _ReplyListener(alias, self._pk, listen=driver is None) as listener:
             delay = 0.005
             while True:
                 record = self._record()
@@ -105,34 +108,45 @@ def _reply(record: WorkflowUpdate) -> Any:
 
 
 class _ReplyListener:
-    """LISTEN for the reply on PostgreSQL (a connection of its own, for as long as the caller waits);
-    elsewhere, or with WEFT_NOTIFY off, ``wait`` just sleeps and the caller polls."""
+    """LISTEN for the reply on PostgreSQL while the caller waits; elsewhere, with WEFT_NOTIFY off or with
+    autocommit off (a LISTEN takes effect at a commit), ``wait`` just sleeps and the caller polls.
 
-    def __init__(self, alias: str, pk: int) -> None:
+    It listens on the caller's own connection, which is outside any transaction here (``result()`` refuses to
+    wait inside one), and stops listening when the wait ends: a connection of its own took longer to open
+    than the rest of an update's round trip. A notification that arrives while the caller reads the reply is
+    kept by psycopg for the next ``notifies()``; were one missed, the caller looks again within a second."""
+
+    def __init__(self, alias: str, pk: int, *, listen: bool = True) -> None:
         self._alias, self._key = alias, str(pk)
-        self.polls = not notifies(alias)
-        self._wrapper: Any = None
+        self.polls = not (listen and notifies(alias) and connections[alias].get_autocommit())
+        self._raw: Any = None
 
     def __enter__(self) -> _ReplyListener:
         if not self.polls:
-            self._wrapper = connections.create_connection(self._alias)
-            self._wrapper.ensure_connection()
-            raw = self._wrapper.connection
-            raw.autocommit = True
-            raw.execute(f"LISTEN {UPDATE_CHANNEL}")  # before the caller's first look: no reply is missed
+            connection = connections[self._alias]
+            connection.ensure_connection()
+            self._raw = connection.connection
+            self._raw.execute(f"LISTEN {UPDATE_CHANNEL}")  # before the caller's first look: no reply is missed
         return self
 
     def wait(self, seconds: float) -> None:
-        if self._wrapper is None:
+        if self._raw is None:
             time.sleep(max(0.0, seconds))
             return
-        for notice in self._wrapper.connection.notifies(timeout=max(0.0, seconds)):
+        for notice in self._raw.notifies(timeout=max(0.0, seconds)):
             if notice.payload == self._key:
                 return
 
     def __exit__(self, *exc: Any) -> None:
-        if self._wrapper is not None:
-            self._wrapper.close()
+        if self._raw is None:
+            return
+        try:
+            self._raw.execute(f"UNLISTEN {UPDATE_CHANNEL}")
+            for _ in self._raw.notifies(timeout=0):  # what arrived since the last wait: nobody's now
+                pass
+        except Exception:  # a broken connection: Django replaces it once it sees the error
+            connections[self._alias].errors_occurred = True
+            logger.warning("UNLISTEN %s failed on the caller's connection", UPDATE_CHANNEL, exc_info=True)
 
 
 def check_update(name: Any, payload: Any, update_id: Any) -> tuple[bytes, str]:
@@ -169,14 +183,20 @@ def check_timeout(timeout: float | timedelta | None) -> float | None:
     return None if timeout is None else to_seconds(timeout, "timeout", allow_zero=True)
 
 
-def refuse_waiting_in_transaction(what: str) -> None:
+def refuse_waiting_in_transaction(what: str, *, stores: bool = True) -> None:
     """Waiting for a reply inside a transaction cannot work: the run does not see an update this transaction
-    stored (and, on MySQL, the transaction would not see the reply)."""
-    if connections[router.db_for_write(Workflow)].in_atomic_block:
+    stored (and, on MySQL, the transaction would not see the reply). With autocommit off (``stores``: the call
+    stores the update first) it would be stored in a transaction that only the caller can commit."""
+    connection = connections[router.db_for_write(Workflow)]
+    if connection.in_atomic_block:
         raise InvalidArgument(
             f"{what} waits for the run to apply the update, which cannot happen inside this transaction: call it "
             "outside transaction.atomic() (with ATOMIC_REQUESTS, mark the view @transaction.non_atomic_requests), "
             "or call start_update() and wait for its result() after the commit")
+    if stores and not connection.get_autocommit():
+        raise InvalidArgument(
+            f"{what} waits for the run to apply the update, which it would store in the transaction autocommit "
+            "off keeps open: call start_update(), commit, then wait for its result()")
 
 
 def existing_update(run: Workflow, name: str, update_id: str) -> WorkflowUpdate | None:

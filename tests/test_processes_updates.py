@@ -100,3 +100,45 @@ def test_a_running_run_applies_an_update_at_its_next_operation_without_parking(r
     [(update_seq, _)] = update_rows(handle)
     last = WorkflowStep.objects.filter(run_id=handle.run_id).order_by("-seq").values_list("seq", flat=True)[0]
     assert update_seq < last - 5, (update_seq, last)  # applied between activities, long before the end
+
+
+@pytest.mark.postgres  # LISTEN/NOTIFY and pg_listening_channels()
+def test_a_caller_waits_for_its_reply_with_notify_and_stops_listening_after(postgres_only, maintenance):
+    """The caller listens on its own connection while it waits, and that connection listens to nothing once
+    the reply is back."""
+    from django.db import connection
+
+    handle = weft.start("updates.ledger", 2)
+    proc = maintenance("loop", "--interval", "30")  # a 30 s poll: only a NOTIFY brings the reply back in time
+    wait_until(lambda: parked(handle), "the run to park", DEADLINE, [proc])
+
+    assert handle.update("append", "first", timeout=DEADLINE) == 1
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_listening_channels()")
+        assert cursor.fetchall() == []
+    assert handle.update("append", "second", timeout=DEADLINE) == 2
+    assert handle.result(timeout=DEADLINE) == ["first", "second"]
+
+
+def test_with_autocommit_off_an_update_is_committed_first_and_its_reply_polled(row_locks, maintenance):
+    """handle.update() would store the update in the transaction autocommit off keeps open, and wait for a
+    run that cannot see it: refused, nothing stored. start_update(), a commit, then result() polls."""
+    from django.db import transaction
+
+    handle = weft.start("updates.ledger", 1)
+    proc = maintenance("loop", "--interval", "0.2")
+    wait_until(lambda: parked(handle), "the run to park", DEADLINE, [proc])
+
+    transaction.set_autocommit(False)
+    try:
+        with pytest.raises(weft.InvalidArgument, match="autocommit off"):
+            handle.update("append", "refused", timeout=DEADLINE)
+        assert not WorkflowUpdate.objects.filter(run_id=handle.run_id).exists()
+        sent = handle.start_update("append", "polled")
+        transaction.commit()
+        assert sent.result(timeout=DEADLINE) == 1
+        transaction.commit()
+    finally:
+        transaction.rollback()
+        transaction.set_autocommit(True)
+    assert handle.result(timeout=DEADLINE) == ["polled"]
