@@ -7,11 +7,16 @@ whose implicit commit makes it as atomic as the transaction was: it locks the op
 ``open_workflow_id`` (a run that closes meanwhile no longer matches once its lock is granted), numbers the
 signal in the run's inbox, wakes the run if it waits for that name, and stores the signal.
 
-It applies outside a transaction of the caller's, without a ``signal_id`` (whose duplicate check must see
-what committed while the statement waited for the lock), and while nothing listens to ``signal_received``
-(whose receivers get the stored record); everywhere else, and when the statement finds no open run (the
-workflow is unknown, finished, or continued as new while it waited: the ORM's way follows the chain and
-names the problem), :func:`django_weft.client.signal` takes the ORM's way.
+Its timestamp is taken before it may wait for the run's lock (the ORM's way takes it once it holds the lock),
+so the run's ``updated_at`` keeps the later of its value and this one: it never moves back over a transition
+that committed meanwhile.
+
+It applies outside a transaction of the caller's (autocommit on), without a ``signal_id`` (whose duplicate
+check must see what committed while the statement waited for the lock), and while nothing listens to
+``signal_received`` (whose receivers get the stored record) or to the Signal model's ``pre_save`` and
+``post_save``. Everywhere else, and when the statement finds no open run (the workflow is unknown, finished,
+or continued as new while it waited: the ORM's way follows the chain and names the problem),
+:func:`django_weft.client.signal` takes the ORM's way.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from functools import cache
 from typing import Any
 
 from django.db import connections, router
+from django.db.models.signals import post_save, pre_save
 
 from . import signals, wakeups
 from .bound_cursor import bound_cursor, converter
@@ -36,7 +42,8 @@ def _sql() -> str:
             SELECT "run_id", ("status" = %(waiting)s AND "awaiting_signals" ? %(name)s) AS "wakes"
             FROM "{runs}" WHERE "open_workflow_id" = %(workflow_id)s FOR UPDATE
         ), counted AS (
-            UPDATE "{runs}" AS w SET "inbox_seq" = w."inbox_seq" + 1, "updated_at" = %(now)s,
+            UPDATE "{runs}" AS w SET "inbox_seq" = w."inbox_seq" + 1,
+                "updated_at" = GREATEST(w."updated_at", %(now)s),
                 "runnable_at" = CASE WHEN t."wakes" THEN %(now)s ELSE w."runnable_at" END,
                 "awaiting_signals" = CASE WHEN t."wakes" THEN '[]'::jsonb ELSE w."awaiting_signals" END
             FROM target AS t WHERE w."run_id" = t."run_id"
@@ -51,9 +58,13 @@ def _sql() -> str:
 
 
 def applies(alias: str) -> bool:
+    """PostgreSQL, autocommit on and no atomic block (the statement commits on its own, and its wake-up NOTIFY
+    is sent at once), and no receivers of the signal the ORM's way sends (``signal_received`` and the
+    Signal model's ``pre_save``/``post_save``)."""
     connection = connections[alias]
-    return (connection.vendor == "postgresql" and not connection.in_atomic_block
-            and not signals.signal_received.receivers)
+    return (connection.vendor == "postgresql" and connection.get_autocommit() and not connection.in_atomic_block
+            and not signals.signal_received.has_listeners()
+            and not pre_save.has_listeners(Signal) and not post_save.has_listeners(Signal))
 
 
 def deliver_in_one_statement(workflow_id: str, name: str, payload: bytes, now: datetime) -> bool:
@@ -79,5 +90,5 @@ def deliver_in_one_statement(workflow_id: str, name: str, payload: bytes, now: d
         return False
     run_id, wakes = row
     if wakes:
-        wakeups.runnable(run_id, now, now)  # autocommit: it has committed, so this notifies at once
+        wakeups.runnable(run_id, now, now)  # it has committed (autocommit), so this notifies at once
     return True

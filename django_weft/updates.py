@@ -108,45 +108,60 @@ def _reply(record: WorkflowUpdate) -> Any:
 
 
 class _ReplyListener:
-    """LISTEN for the reply on PostgreSQL while the caller waits; elsewhere, with WEFT_NOTIFY off or with
-    autocommit off (a LISTEN takes effect at a commit), ``wait`` just sleeps and the caller polls.
+    """LISTEN for the reply on PostgreSQL while the caller waits; elsewhere, with WEFT_NOTIFY off, with
+    autocommit off (a LISTEN takes effect at a commit) or on psycopg2, ``wait`` just sleeps and the caller polls.
 
     It listens on the caller's own connection, which is outside any transaction here (``result()`` refuses to
     wait inside one), and stops listening when the wait ends: a connection of its own took longer to open
     than the rest of an update's round trip. A notification that arrives while the caller reads the reply is
-    kept by psycopg for the next ``notifies()``; were one missed, the caller looks again within a second."""
+    kept by psycopg for the next ``notifies()``; were one missed, the caller looks again within a second. (A
+    project's own LISTEN on the same connection would see its notifications taken by this wait.)"""
 
     def __init__(self, alias: str, pk: int, *, listen: bool = True) -> None:
         self._alias, self._key = alias, str(pk)
-        self.polls = not (listen and notifies(alias) and connections[alias].get_autocommit())
+        self.polls = not (listen and can_listen_here(alias))
         self._raw: Any = None
 
     def __enter__(self) -> _ReplyListener:
         if not self.polls:
             connection = connections[self._alias]
             connection.ensure_connection()
+            with connection.wrap_database_errors:
+                connection.connection.execute(f"LISTEN {UPDATE_CHANNEL}")  # before the first look: none missed
             self._raw = connection.connection
-            self._raw.execute(f"LISTEN {UPDATE_CHANNEL}")  # before the caller's first look: no reply is missed
         return self
 
     def wait(self, seconds: float) -> None:
         if self._raw is None:
             time.sleep(max(0.0, seconds))
             return
-        for notice in self._raw.notifies(timeout=max(0.0, seconds)):
-            if notice.payload == self._key:
-                return
+        with connections[self._alias].wrap_database_errors:
+            for notice in self._raw.notifies(timeout=max(0.0, seconds)):
+                if notice.channel == UPDATE_CHANNEL and notice.payload == self._key:
+                    return
 
     def __exit__(self, *exc: Any) -> None:
         if self._raw is None:
             return
         try:
             self._raw.execute(f"UNLISTEN {UPDATE_CHANNEL}")
-            for _ in self._raw.notifies(timeout=0):  # what arrived since the last wait: nobody's now
-                pass
-        except Exception:  # a broken connection: Django replaces it once it sees the error
-            connections[self._alias].errors_occurred = True
-            logger.warning("UNLISTEN %s failed on the caller's connection", UPDATE_CHANNEL, exc_info=True)
+        except BaseException as exc:
+            # It must not go on listening (every reply would pile up in it): closed (a pool drops it), and
+            # Django opens a new one at the next query.
+            self._raw.close()
+            connections[self._alias].close()
+            if not isinstance(exc, Exception):
+                raise
+            logger.warning("UNLISTEN %s failed; the connection is closed", UPDATE_CHANNEL, exc_info=True)
+
+
+def can_listen_here(alias: str) -> bool:
+    """The caller's connection can LISTEN for a reply: PostgreSQL with WEFT_NOTIFY, psycopg 3, autocommit on."""
+    if not notifies(alias) or not connections[alias].get_autocommit():
+        return False
+    from django.db.backends.postgresql.psycopg_any import is_psycopg3
+
+    return is_psycopg3
 
 
 def check_update(name: Any, payload: Any, update_id: Any) -> tuple[bytes, str]:

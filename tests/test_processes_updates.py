@@ -131,14 +131,16 @@ def test_with_autocommit_off_an_update_is_committed_first_and_its_reply_polled(r
 
     transaction.set_autocommit(False)
     try:
-        with pytest.raises(weft.InvalidArgument, match="autocommit off"):
-            handle.update("append", "refused", timeout=DEADLINE)
-        assert not WorkflowUpdate.objects.filter(run_id=handle.run_id).exists()
-        sent = handle.start_update("append", "polled")
-        transaction.commit()
-        assert sent.result(timeout=DEADLINE) == 1
-        transaction.commit()
+        try:
+            with pytest.raises(weft.InvalidArgument, match="autocommit off"):
+                handle.update("append", "refused", timeout=DEADLINE)
+            assert not WorkflowUpdate.objects.filter(run_id=handle.run_id).exists()
+            sent = handle.start_update("append", "polled")
+            transaction.commit()  # its wake-up waits for autocommit back on: the loop finds it at its poll
+            assert sent.result(timeout=DEADLINE) == 1
+            transaction.commit()
+        finally:
+            transaction.rollback()
     finally:
-        transaction.rollback()
         transaction.set_autocommit(True)
     assert handle.result(timeout=DEADLINE) == ["polled"]

@@ -9,7 +9,6 @@ database with row locks, each thread on its own connection.
 from __future__ import annotations
 
 import threading
-import traceback
 
 import pytest
 from django.db import connection, transaction
@@ -19,7 +18,7 @@ import django_weft as weft
 from django_weft.codec import decode
 from django_weft.models import RunStatus, Signal, Workflow
 from django_weft.signals import signal_received
-from tests.procs import wait_until
+from tests.procs import in_threads, wait_until
 from tests.test_processes_signals import DEADLINE, LockHolder, backends_blocked_by, join_all
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -90,6 +89,23 @@ def test_a_signal_inside_a_transaction_that_rolls_back_leaves_nothing():
     assert not Signal.objects.filter(run=run).exists()
 
 
+def test_with_autocommit_off_a_signal_waits_for_the_callers_commit():
+    handle = waiting_collector("statement-autocommit", 1)
+    transaction.set_autocommit(False)
+    try:
+        try:
+            assert weft.signal("statement-autocommit", "item", 7) is True
+            transaction.commit()
+        finally:
+            transaction.rollback()
+    finally:
+        transaction.set_autocommit(True)  # the commit's hooks (the wake-up) run here
+    run = handle.refresh()
+    assert run.runnable_at is not None and run.inbox_seq == 1
+    weft.run_maintenance()
+    assert handle.result(timeout=0) == [7]
+
+
 def test_bad_targets_are_named_and_nothing_is_written():
     with pytest.raises(weft.WorkflowNotFound, match="statement-nobody"):
         weft.signal("statement-nobody", "item", 1)
@@ -105,25 +121,14 @@ def test_bad_targets_are_named_and_nothing_is_written():
 def test_signals_from_many_threads_are_each_stored_once_and_numbered_without_gaps(row_locks):
     total = THREADS * PER_THREAD
     handle = waiting_collector("statement-threads", total)
-    barrier = threading.Barrier(THREADS)
-    errors: list[str] = []
 
-    def sender(index: int) -> None:
-        try:
-            connection.ensure_connection()
-            barrier.wait(timeout=30)
-            for number in range(PER_THREAD):
-                assert weft.signal("statement-threads", "item", [index, number]) is True
-        except BaseException:
-            errors.append(f"sender {index}:\n{traceback.format_exc()}")
-        finally:
-            connection.close()
+    def sender(index: int) -> int:
+        for number in range(PER_THREAD):
+            assert weft.signal("statement-threads", "item", [index, number]) is True
+        return index
 
-    threads = [threading.Thread(target=sender, args=(i,), name=f"sender-{i}", daemon=True) for i in range(THREADS)]
-    for thread in threads:
-        thread.start()
-    join_all(threads, DEADLINE)
-    assert not errors, "\n".join(errors)
+    outcomes = in_threads(THREADS, sender, timeout=DEADLINE)
+    assert outcomes == list(range(THREADS)), outcomes
 
     assert handle.refresh().inbox_seq == total
     assert sorted(Signal.objects.filter(run_id=handle.run_id).values_list("sequence", flat=True)) == list(
@@ -155,7 +160,10 @@ def test_a_signal_waiting_for_the_lock_of_a_run_that_then_finishes_is_refused(po
     with LockHolder(closing, [RunStatus.CANCELLED, handle.run_id]) as holder:
         thread = threading.Thread(target=send, name="signaller", daemon=True)
         thread.start()
-        wait_until(lambda: backends_blocked_by(holder.backend_pid), "the signal to wait for the run's lock", 30)
+        # The one statement waits (a WITH ...), not an ORM's SELECT ... FOR UPDATE.
+        wait_until(lambda: any(query.lstrip().upper().startswith("WITH")
+                               for _, query in backends_blocked_by(holder.backend_pid)),
+                   "the signal's statement to wait for the run's lock", 30)
     join_all([thread], 30)
     assert len(outcome) == 1 and isinstance(outcome[0], weft.WorkflowClosed), outcome
     assert not Signal.objects.exists()

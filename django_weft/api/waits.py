@@ -1,10 +1,11 @@
 """Routes that ask a run something and may wait for its answer: the result (a long poll), queries, updates.
 
 A wait holds no transaction and no lock: it looks at the row now and then, as ``handle.result()`` and
-``UpdateHandle.result()`` do (an update's reply wakes it at once on PostgreSQL, by LISTEN on a connection of its
-own). These routes are exempt from ATOMIC_REQUESTS (see ``urls``): inside the request's transaction the run's
-progress would not be seen. A wait lasts at most ``timeout`` seconds (at most 30, and WEFT_API_MAX_WAIT_SECONDS),
-then answers 408; an update that timed out stays accepted and is applied when the run gets to it.
+``UpdateHandle.result()`` do (an update's reply wakes it at once on PostgreSQL, by LISTEN on the request's
+connection while it waits). These routes are exempt from ATOMIC_REQUESTS (see ``urls``): inside the request's
+transaction the run's progress would not be seen. A wait lasts at most ``timeout`` seconds (at most 30, and
+WEFT_API_MAX_WAIT_SECONDS), then answers 408; an update that timed out stays accepted and is applied when the run
+gets to it.
 """
 
 from __future__ import annotations

@@ -47,7 +47,7 @@ class Worker:
         self.outcomes: Counter = Counter()
         self.heartbeat = ExecutorRow(ExecutorKind.LOOP, threads)
         self._leases = LeaseKeeper(self.heartbeat)
-        alias = router.db_for_write(Workflow)
+        self.alias = alias = router.db_for_write(Workflow)
         self.listener: Listener | None = Listener(alias, self.stop_event) if can_listen(alias) else None
         # Without a listener nothing rings but stop(): the loops poll.
         self.run_bell = self.listener.runs if self.listener else Doorbell()
@@ -125,10 +125,11 @@ class Worker:
                     self.stop_event.wait(ERROR_BACKOFF_SECONDS)
                     continue
                 if not claims:
-                    # Only a thread that waited out its delay recycles its connection (CONN_MAX_AGE); a busy
-                    # one, or one woken for work, keeps it: recycling makes the next statement check the
-                    # connection first (CONN_HEALTH_CHECKS), a round trip between a wake-up and its claim.
-                    if not self.run_bell.wait(rung, self._idle_delay()):
+                    # An idle thread recycles its connection (CONN_MAX_AGE); a busy one keeps it. One woken for
+                    # work recycles it only when it is due (its age, an error): recycling makes the next
+                    # statement check the connection first (CONN_HEALTH_CHECKS), a round trip between the
+                    # wake-up and its claim.
+                    if not self.run_bell.wait(rung, self._idle_delay()) or self._connection_due():
                         close_old_connections()
                     continue
                 self._leases.hold(claims)
@@ -165,6 +166,12 @@ class Worker:
             logger.exception("executing run %s failed; it is retried when its lease expires", held.run.pk)
         finally:
             self._leases.drop(held)
+
+    def _connection_due(self) -> bool:
+        """This thread's connection is one close_old_connections() would act on: too old, or it failed."""
+        connection = connections[self.alias]
+        expires = connection.close_at
+        return connection.errors_occurred or (expires is not None and time.monotonic() >= expires)
 
     def _next_tick_delay(self) -> float:
         """Until the next schedule is due (ticks must be on time: late ones count as missed), at most
