@@ -114,8 +114,9 @@ class _ReplyListener:
     It listens on the caller's own connection, which is outside any transaction here (``result()`` refuses to
     wait inside one), and stops listening when the wait ends: a connection of its own took longer to open
     than the rest of an update's round trip. A notification that arrives while the caller reads the reply is
-    kept by psycopg for the next ``notifies()``; were one missed, the caller looks again within a second. (A
-    project's own LISTEN on the same connection would see its notifications taken by this wait.)"""
+    kept by psycopg (3.2.4 and later) for the next ``notifies()``; were one missed, the caller looks again
+    within a second. (A project's own LISTEN on the same connection would see its notifications taken by this
+    wait.)"""
 
     def __init__(self, alias: str, pk: int, *, listen: bool = True) -> None:
         self._alias, self._key = alias, str(pk)
