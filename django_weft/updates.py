@@ -24,7 +24,7 @@ from .durations import to_seconds
 from .exceptions import InvalidArgument, UpdateFailed, UpdateRejected, WorkflowClosed, WorkflowNotFound
 from .models import RunStatus, UpdateStatus, Workflow, WorkflowUpdate
 from .starts import check_id, check_opaque_id
-from .wakeups import UPDATE_CHANNEL, notifies
+from .wakeups import UPDATE_CHANNEL, can_listen
 
 logger = logging.getLogger("django_weft.updates")
 
@@ -120,7 +120,8 @@ class _ReplyListener:
 
     def __init__(self, alias: str, pk: int, *, listen: bool = True) -> None:
         self._alias, self._key = alias, str(pk)
-        self.polls = not (listen and can_listen_here(alias))
+        # With autocommit off a LISTEN would only take effect at the caller's commit.
+        self.polls = not (listen and can_listen(alias) and connections[alias].get_autocommit())
         self._raw: Any = None
 
     def __enter__(self) -> _ReplyListener:
@@ -154,15 +155,6 @@ class _ReplyListener:
             if not isinstance(exc, Exception):
                 raise
             logger.warning("UNLISTEN %s failed; the connection is closed", UPDATE_CHANNEL, exc_info=True)
-
-
-def can_listen_here(alias: str) -> bool:
-    """The caller's connection can LISTEN for a reply: PostgreSQL with WEFT_NOTIFY, psycopg 3, autocommit on."""
-    if not notifies(alias) or not connections[alias].get_autocommit():
-        return False
-    from django.db.backends.postgresql.psycopg_any import is_psycopg3
-
-    return is_psycopg3
 
 
 def check_update(name: Any, payload: Any, update_id: Any) -> tuple[bytes, str]:

@@ -50,6 +50,16 @@ def notifies(alias: str) -> bool:
     return connections[alias].vendor == "postgresql" and bool(weft_settings.NOTIFY)
 
 
+def can_listen(alias: str) -> bool:
+    """A connection to ``alias`` can LISTEN for these NOTIFYs: they are sent, and psycopg 3 (whose
+    ``notifies()`` the listeners use) is the driver."""
+    if not notifies(alias):
+        return False
+    from django.db.backends.postgresql.psycopg_any import is_psycopg3
+
+    return is_psycopg3
+
+
 def celery_executes() -> bool:
     return weft_settings.EXECUTOR == "celery"
 

@@ -19,7 +19,6 @@ import threading
 
 from django.db import connections
 
-from ..conf import weft_settings
 from ..wakeups import CHANNEL, SCHEDULE_CHANNEL
 
 logger = logging.getLogger("django_weft.listener")
@@ -46,15 +45,6 @@ class Doorbell:
         """Wait until the bell rang after generation ``since`` or ``timeout`` passed; True if it rang."""
         with self._condition:
             return self._condition.wait_for(lambda: self._generation != since, timeout)
-
-
-def can_listen(alias: str) -> bool:
-    """PostgreSQL with WEFT_NOTIFY on, through psycopg 3 (whose API the listener uses)."""
-    if connections[alias].vendor != "postgresql" or not weft_settings.NOTIFY:
-        return False
-    from django.db.backends.postgresql.psycopg_any import is_psycopg3
-
-    return is_psycopg3
 
 
 class Listener:

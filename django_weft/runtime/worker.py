@@ -26,9 +26,10 @@ from ..conf import weft_settings
 from ..maintenance import default_owner, maintenance_pass
 from ..models import ExecutorKind, Workflow
 from ..schedule_tick import next_due_at
+from ..wakeups import can_listen
 from . import executor
 from .leases import ExecutorRow, LeaseKeeper
-from .listener import Doorbell, Listener, can_listen
+from .listener import Doorbell, Listener
 
 logger = logging.getLogger("django_weft.worker")
 
