@@ -22,7 +22,8 @@ def observe(key: str) -> str:
     info = weft.activity_info()
     run = Workflow.objects.get(pk=info.run_id)
     SEEN.append({"key": key, "thread": threading.get_ident(), "status": run.status, "fence": run.fence,
-                 "lease_owner": run.lease_owner, "runnable_at": run.runnable_at, "started_at": run.started_at})
+                 "lease_owner": run.lease_owner, "runnable_at": run.runnable_at, "started_at": run.started_at,
+                 "seen_at": timezone.now()})
     return key
 
 
