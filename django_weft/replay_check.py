@@ -17,12 +17,12 @@ from datetime import datetime
 from typing import Any
 
 from . import transitions
-from .codec import decode
 from .exceptions import NonDeterminismError, WorkflowNotRegistered
 from .models import Timer, Workflow, WorkflowStep
 from .registry import get_workflow
 from .runtime.context import Context
 from .runtime.errors import HistoryLimitReached, ReplayFrontier, StopExecution, Suspend
+from .runtime.replay.core import run_workflow_code
 
 # Runs whose journals are read in one query.
 BATCH = 500
@@ -59,10 +59,7 @@ def replay_dry(run: Workflow, steps: Iterable[WorkflowStep],
                   dry=True)
     stopped: BaseException | None = None
     try:
-        if definition.takes_input:
-            definition.fn(ctx, decode(run.input))
-        else:
-            definition.fn(ctx)
+        run_workflow_code(ctx, definition, run.input)
         ctx.assert_journal_consumed()
     except (ReplayFrontier, Suspend, StopExecution):
         pass  # reached where the run is now: everything before matched

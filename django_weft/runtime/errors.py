@@ -22,11 +22,18 @@ from ..exceptions import (
 from ..storable import storable_json, storable_text
 
 
-class Suspend(BaseException):
+class EngineExit(BaseException):
+    """The engine takes the run's code off the executor before the workflow has ended (it parks, stops, is
+    handed back or taken away, reached its history limit, continues as new, or a dry replay reached the
+    frontier). The code unwinds through its ``finally:`` and ``except BaseException:`` blocks then, but the
+    workflow goes on later: every durable call made while it unwinds re-raises this (runtime.replay.core)."""
+
+
+class Suspend(EngineExit):
     """The run parked (its state is committed); the executor has nothing more to do with it."""
 
 
-class StopExecution(BaseException):
+class StopExecution(EngineExit):
     """The executor must stop driving this run: it lost the run, or the worker is shutting down."""
 
     def __init__(self, *, release: bool, fail_with: dict[str, Any] | None = None) -> None:
@@ -38,7 +45,7 @@ class StopExecution(BaseException):
         self.fail_with = fail_with
 
 
-class ContinueAsNew(BaseException):
+class ContinueAsNew(EngineExit):
     """``ctx.continue_as_new()``: the executor ends the run and starts the next with this (encoded) input."""
 
     def __init__(self, input: bytes) -> None:
@@ -46,7 +53,7 @@ class ContinueAsNew(BaseException):
         self.input = input
 
 
-class HistoryLimitReached(BaseException):
+class HistoryLimitReached(EngineExit):
     """The run's next step would pass WEFT_MAX_HISTORY journal rows."""
 
     def __init__(self, seq: int, limit: int) -> None:
@@ -55,7 +62,7 @@ class HistoryLimitReached(BaseException):
         self.limit = limit
 
 
-class ReplayFrontier(BaseException):
+class ReplayFrontier(EngineExit):
     """A dry replay (the replay check) reached work not in the journal: everything before it matched."""
 
 

@@ -9,7 +9,7 @@ from datetime import timedelta
 from django.db import DatabaseError
 
 from .. import attributes, clock, transitions
-from ..codec import decode, encode
+from ..codec import encode
 from ..conf import weft_settings
 from ..exceptions import ActivityError, FencingError, WorkflowNotRegistered
 from ..models import FailureCategory, StepKind, StepStatus, Timer, WorkflowStep
@@ -28,6 +28,7 @@ from .errors import (
     refused_by_database,
     termination_reason_of,
 )
+from .replay.core import run_workflow_code
 
 logger = logging.getLogger("django_weft.executor")
 
@@ -99,7 +100,7 @@ def _execute(claim: transitions.Claim, should_stop: Callable[[], bool]) -> str:
                        100 * len(journal) // weft_settings.MAX_HISTORY, weft_settings.MAX_HISTORY)
     ctx = Context(claim, journal, timers, should_stop)
     try:
-        value = definition.fn(ctx, decode(run.input)) if definition.takes_input else definition.fn(ctx)
+        value = run_workflow_code(ctx, definition, run.input)
         ctx.assert_journal_consumed()
         result = encode(value, what=f"result of workflow {run.workflow_type!r}")
     except Suspend:

@@ -31,6 +31,7 @@ from ...observability import events
 from ..attempt_pool import AttemptJob, in_callers_transaction
 from ..errors import ReplayFrontier, StopExecution, error_dict
 from .branches import POLL_SECONDS, Branches
+from .core import durable
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -39,6 +40,7 @@ R = TypeVar("R")
 class ActivityOps(Branches):
     """The replay context's activities (mixed into runtime.context.Context)."""
 
+    @durable
     def run(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         """Run an activity as a journaled step and return its result.
 

@@ -12,12 +12,13 @@ from ...codec import encode
 from ...exceptions import InvalidArgument
 from ...models import StepKind, StepStatus
 from ...starts import check_search_attributes
-from .core import ReplayCore
+from .core import ReplayCore, durable
 
 
 class SearchAttributes(ReplayCore):
     """The replay context's search attributes (mixed into runtime.context.Context)."""
 
+    @durable
     def set_search_attributes(self, **values: Any) -> None:
         """Set search attributes of this run (declared in WEFT_SEARCH_ATTRIBUTES, each of its type); None
         removes one, names not given keep their values. Raises InvalidArgument, recording nothing, for an

@@ -22,6 +22,7 @@ from ...models import StepKind, StepStatus
 from ..attempt_pool import AttemptPool, in_callers_transaction
 from ..errors import StopExecution
 from .async_activities import AsyncActivityOps
+from .core import durable
 from .pending import ActivityBranch, Pending, SignalBranch, TimerBranch
 from .signals import Signals
 
@@ -42,6 +43,7 @@ class Branches(AsyncActivityOps, Signals):
     @overload
     def start_activity(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> Pending[R]: ...
 
+    @durable
     def start_activity(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Pending[Any]:
         """Start an activity without waiting for it; it runs beside the workflow code in the run's attempt
         pool (WEFT_MAX_PARALLEL_ACTIVITIES at once). Retries, timeouts and async completion work as for
@@ -50,6 +52,7 @@ class Branches(AsyncActivityOps, Signals):
         seq, step = self._next(StepKind.ACTIVITY, definition.name)
         return self._started(ActivityBranch(self, seq, step, definition, args, kwargs))
 
+    @durable
     def start_timer(self, duration: float | int | timedelta) -> Pending[None]:
         """A durable timer as a branch: it settles (with None) once ``duration`` has passed."""
         seconds = to_seconds(duration, "ctx.start_timer duration", allow_zero=True)
@@ -58,6 +61,7 @@ class Branches(AsyncActivityOps, Signals):
             self._before_new_work(side_effects=False)
         return self._started(TimerBranch(self, seq, step, clock.now() + timedelta(seconds=seconds)))
 
+    @durable
     def start_wait_for_signal(self, name_or_names: str | Sequence[str]) -> Pending[Any]:
         """A wait for a signal as a branch: it consumes the signal only when it settles (a branch that lost
         a race consumes nothing). For a list of names it settles with ``(name, payload)``."""
@@ -65,6 +69,7 @@ class Branches(AsyncActivityOps, Signals):
         seq, step = self._next(StepKind.SIGNAL, "|".join(names))
         return self._started(SignalBranch(self, seq, step, names, several))
 
+    @durable
     def gather(self, *pendings: Pending[Any], return_exceptions: bool = False) -> list[Any]:
         """Wait for every branch; return their values in the order given.
 
@@ -85,6 +90,7 @@ class Branches(AsyncActivityOps, Signals):
                 values.append(exc)
         return values
 
+    @durable
     def race(self, *pendings: Pending[Any]) -> tuple[int, Any]:
         """Wait for the first branch to settle; return ``(index, value)`` (or raise its error).
 
@@ -113,6 +119,7 @@ class Branches(AsyncActivityOps, Signals):
         self._commit_deferred()
         return index, branches[index].outcome()
 
+    @durable
     def map(self, fn: Callable[[Any], Any], items: Iterable[Any], max_parallel: int | None = None) -> list[Any]:
         """Run ``fn`` as an activity for each item, at most ``max_parallel`` at once (and at most
         WEFT_MAX_PARALLEL_ACTIVITIES); return the results in item order, like ``gather``."""

@@ -16,7 +16,7 @@ from ...models import ParentClosePolicy, RunStatus, StepKind, StepStatus, Workfl
 from ...registry import get_workflow
 from ...starts import prepare_run
 from ..errors import child_category
-from .core import ReplayCore
+from .core import ReplayCore, durable
 from .pending import Pending
 
 
@@ -61,6 +61,7 @@ class ChildHandle(Pending[Any]):
         elif not self._settle_from_row(step):
             ctx._started(self)
 
+    @durable
     def result(self) -> Any:
         self.take_position()
         return super().result()
@@ -109,6 +110,7 @@ def _child_failed(child: ChildHandle, error: dict, category: str) -> ChildWorkfl
 class Children(ReplayCore):
     """The replay context's children (mixed into runtime.context.Context)."""
 
+    @durable
     def start_child(self, workflow: str | Callable[..., Any], input: Any = None, *,
                     workflow_id: str | None = None, parent_close_policy: str = "terminate",
                     search_attributes: dict[str, Any] | None = None) -> ChildHandle:
@@ -143,6 +145,7 @@ class Children(ReplayCore):
         self._commit([journal.InsertChild(child), self._record(record, None)])
         return ChildHandle(self, child.workflow_id, child.run_id, parent_close_policy)
 
+    @durable
     def wait_child(self, child: ChildHandle) -> Any:
         """Wait for a child run to finish; return its result or raise :class:`ChildWorkflowFailed`
         (``child.result()`` does the same)."""
@@ -150,6 +153,7 @@ class Children(ReplayCore):
             raise InvalidArgument(f"wait_child takes the handle ctx.start_child returned, got {child!r}")
         return child.result()
 
+    @durable
     def run_child(self, workflow: str | Callable[..., Any], input: Any = None, *,
                   workflow_id: str | None = None, parent_close_policy: str = "terminate",
                   search_attributes: dict[str, Any] | None = None) -> Any:

@@ -4,24 +4,61 @@ and the fenced writes (commit, park, fold into the next commit) every operation 
 
 from __future__ import annotations
 
+import functools
 import logging
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, NoReturn
+from typing import Any, NoReturn, ParamSpec, TypeVar
 
 from django.db import DatabaseError
 
 from ... import clock, journal, transitions
 from ...activities import ActivityInfo
+from ...codec import decode
 from ...conf import weft_settings
 from ...exceptions import FencingError, InvalidArgument, NonDeterminismError
 from ...instances import new_instance
 from ...models import StepKind, Timer, WorkflowStep
+from ...registry import WorkflowDefinition
 from ..attempt_pool import AttemptPool
-from ..errors import HistoryLimitReached, ReplayFrontier, StopExecution, Suspend, is_transient, refused_by_database
+from ..errors import (
+    EngineExit,
+    HistoryLimitReached,
+    ReplayFrontier,
+    StopExecution,
+    Suspend,
+    is_transient,
+    refused_by_database,
+)
 
 logger = logging.getLogger("django_weft.executor")
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def durable(operation: Callable[P, R]) -> Callable[P, R]:
+    """Mark a method workflow code calls as a durable operation (of the context, or of a branch it started).
+
+    A run parks, stops or is handed back by unwinding the workflow's code with an :class:`EngineExit`, so its
+    ``finally:`` and ``except BaseException:`` blocks run then too, although the workflow has not ended. From
+    the first exit until the code has unwound, every durable call re-raises that exit at once: nothing
+    executes and nothing is recorded, and the cleanup runs for real only when the workflow really ends."""
+
+    @functools.wraps(operation)
+    def guarded(*args: P.args, **kwargs: P.kwargs) -> R:
+        owner = args[0]
+        core: ReplayCore = owner if isinstance(owner, ReplayCore) else owner._ctx  # type: ignore[attr-defined]
+        if core._exiting is not None:
+            raise core._exiting
+        try:
+            return operation(*args, **kwargs)
+        except EngineExit as exit:
+            core._exiting = exit
+            raise
+
+    return guarded
 
 
 class ReplayCore:
@@ -64,6 +101,8 @@ class ReplayCore:
         # The name of the update or signal handler running now (it may not make durable calls).
         self._in_handler = ""
         self._pool: AttemptPool | None = None
+        # The exit unwinding the code now, if the engine is taking it off the executor (see ``durable``).
+        self._exiting: EngineExit | None = None
 
     @property
     def workflow_id(self) -> str:
@@ -77,6 +116,14 @@ class ReplayCore:
     def is_replaying(self) -> bool:
         """True while the code is re-walking operations already in the journal."""
         return self._seq < self._journal_end
+
+    @property
+    def is_parking(self) -> bool:
+        """True while the code unwinds because the engine takes the run off this executor (it parks to wait,
+        the worker stops or hands it back, it was taken away, it continues as new) rather than because the
+        workflow ends: a ``finally:`` block can tell its two cases apart. Durable calls made now re-raise at
+        once and ``ctx.logger`` is silent; the same block runs for real when the workflow really ends."""
+        return self._exiting is not None
 
     def _next(self, kind: str, name: str) -> tuple[int, WorkflowStep | None]:
         self._refuse_in_handler(f"{kind} {name!r}")
@@ -197,3 +244,25 @@ class ReplayCore:
                 f"recorded steps up to {self._journal_end}; step {extra.seq} was {extra.kind} {extra.name!r}",
                 seq=extra.seq, recorded=f"{extra.kind} {extra.name!r}", requested="the workflow's return",
             )
+
+
+def run_workflow_code(ctx: ReplayCore, definition: WorkflowDefinition, data: bytes | memoryview | None) -> Any:
+    """Call the workflow's function on ``ctx`` with its decoded input; what it returns.
+
+    Code that swallows the engine's exit while it unwinds (``except BaseException: return ...``) cannot keep
+    the run: the exit is raised again, whatever the code returned or raised instead."""
+    try:
+        value = definition.fn(ctx, decode(data)) if definition.takes_input else definition.fn(ctx)
+    except BaseException as exc:
+        exiting = ctx._exiting
+        if exiting is None or exc is exiting:
+            raise
+        logger.warning("run %s: the workflow's code raised %s while the engine took it off the executor (%s); "
+                       "the run goes on where it was", ctx.run_id, type(exc).__name__, type(exiting).__name__)
+        raise exiting from None
+    if ctx._exiting is not None:
+        logger.warning("run %s: the workflow's code swallowed the engine's %s and returned; the run goes on where it "
+                       "was (let BaseException through: catch Exception instead)", ctx.run_id,
+                       type(ctx._exiting).__name__)
+        raise ctx._exiting
+    return value

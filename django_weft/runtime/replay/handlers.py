@@ -17,7 +17,8 @@ from .core import ReplayCore
 
 class WorkflowLogger(logging.LoggerAdapter):
     """A workflow's logger: records carry ``workflow_id``, ``run_id`` and ``seq``; nothing is logged while
-    the code re-walks operations already in the journal (each line is logged once per run, not per wake)."""
+    the code re-walks operations already in the journal (each line is logged once per run, not per wake), nor
+    while it unwinds because the run parks or stops."""
 
     def __init__(self, logger: logging.Logger, ctx: Handlers) -> None:
         super().__init__(logger, {})
@@ -70,7 +71,9 @@ class Handlers(ReplayCore):
 
     @property
     def _silent(self) -> bool:
-        return self._dry or self.is_replaying
+        # Also while the code unwinds for a park or a stop: what a finally block logs then is logged when
+        # the workflow really ends.
+        return self._dry or self.is_replaying or self._exiting is not None
 
     @cached_property
     def logger(self) -> logging.LoggerAdapter:

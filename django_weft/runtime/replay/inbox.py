@@ -33,6 +33,7 @@ from ...models import (
     WorkflowUpdate,
 )
 from ..errors import HistoryLimitReached, error_category, error_dict
+from .core import durable
 from .handlers import Handlers
 from .signals import Signals
 
@@ -47,6 +48,7 @@ class Inbox(Signals, Handlers):
     # Updates the code had no handler for when they came up (they hold back the ones after them).
     _unhandled: tuple[WorkflowUpdate, ...] = ()
 
+    @durable
     def wait_condition(self, predicate: Callable[[], Any], timeout: float | timedelta | None = None) -> bool:
         """Wait until ``predicate()`` is true (an update or signal handler changed the state it reads); True
         then, False if ``timeout`` passed first (a durable timer, like ``sleep``). The predicate is evaluated

@@ -11,12 +11,13 @@ from ...codec import encode
 from ...models import StepKind, StepStatus
 from ...starts import check_id
 from ..errors import ContinueAsNew
-from .core import ReplayCore
+from .core import ReplayCore, durable
 
 
 class Lifecycle(ReplayCore):
     """The replay context's patches and continue-as-new (mixed into runtime.context.Context)."""
 
+    @durable
     def patched(self, change_id: str) -> bool:
         """True where the run takes the code added by change ``change_id``.
 
@@ -43,6 +44,7 @@ class Lifecycle(ReplayCore):
                                             finished=now), None))
         return True
 
+    @durable
     def deprecate_patch(self, change_id: str) -> None:
         """The cleanup of ``patched(change_id)`` once no open run lacks its marker: consumes the marker
         where a run has one, records nothing where it has not. Remove it when no open run has the marker."""
@@ -52,6 +54,7 @@ class Lifecycle(ReplayCore):
         if step is not None and step.kind == StepKind.PATCH and step.name == change_id:
             self._seq += 1
 
+    @durable
     def continue_as_new(self, input: Any = None) -> NoReturn:
         """End this run as ``continued`` and start the next run of the same workflow id with ``input``, in
         one transaction: same type (its newest version), tags, search attributes (those still declared), schedule

@@ -23,6 +23,7 @@ from ...observability import events
 from ...tokens import make_task_token
 from ..attempt_pool import AttemptJob, Outcome
 from ..errors import error_category, error_dict
+from .core import durable
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
@@ -68,6 +69,7 @@ class Pending(Generic[T]):
         """The engine's view: the branch has its outcome (recorded, or decided in this execution)."""
         return self._settled
 
+    @durable
     def result(self) -> T:
         """Wait for this branch and return its value (or raise its error)."""
         self._ctx._wait_for([self], first=False)

@@ -17,12 +17,13 @@ from ...exceptions import InvalidArgument, WaitTimeout
 from ...models import FailureCategory, Signal, StepKind, StepStatus, Timer, TimerPurpose, WorkflowStep
 from ...observability import events
 from ...storable import check_text
-from .core import ReplayCore
+from .core import ReplayCore, durable
 
 
 class Signals(ReplayCore):
     """The replay context's signals (mixed into runtime.context.Context)."""
 
+    @durable
     def wait_for_signal(self, name_or_names: str | Sequence[str],
                         timeout: float | timedelta | None = None) -> Any:
         """Wait for a signal and return its payload (for a list of names: ``(name, payload)``).

@@ -9,17 +9,19 @@ from datetime import datetime, timedelta
 from ... import clock, journal
 from ...durations import check_moment, to_seconds
 from ...models import StepKind, StepStatus, Timer, TimerPurpose
-from .core import ReplayCore
+from .core import ReplayCore, durable
 
 
 class Timers(ReplayCore):
     """The replay context's timers (mixed into runtime.context.Context)."""
 
+    @durable
     def sleep(self, duration: float | int | timedelta) -> None:
         """Wait durably: the run parks and a timer wakes it, across restarts and deploys."""
         seconds = to_seconds(duration, "ctx.sleep duration", allow_zero=True)
         self._sleep(lambda now: now + timedelta(seconds=seconds))
 
+    @durable
     def sleep_until(self, moment: datetime) -> None:
         utc = check_moment(moment, "ctx.sleep_until's moment")
         self._sleep(lambda now: utc)

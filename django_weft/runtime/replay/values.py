@@ -13,7 +13,7 @@ from typing import Any
 from ... import clock
 from ...codec import decode, encode
 from ...models import StepKind, StepStatus
-from .core import ReplayCore
+from .core import ReplayCore, durable
 
 
 class RecordedValues(ReplayCore):
@@ -33,16 +33,20 @@ class RecordedValues(ReplayCore):
         ))
         return value
 
+    @durable
     def now(self) -> datetime:
         """The current time, recorded on first execution so replays see the same value."""
         return self._recorded_value(StepKind.NOW, "now", clock.now, side_effects=False)
 
+    @durable
     def uuid4(self) -> uuid.UUID:
         return self._recorded_value(StepKind.UUID, "uuid4", uuid.uuid4, side_effects=False)
 
+    @durable
     def random(self) -> float:
         return self._recorded_value(StepKind.RANDOM, "random", _random.random, side_effects=False)
 
+    @durable
     def side_effect(self, fn: Callable[[], Any]) -> Any:
         """Call ``fn`` once for this run and record its (encodable) return value."""
         name = getattr(fn, "__qualname__", "side_effect")
