@@ -308,3 +308,80 @@ def test_a_celery_task_out_of_time_lets_running_branches_finish_before_it_hands_
     assert handle.result(timeout=0) == list(range(6))
     time.sleep(0.8)  # an attempt abandoned by a hand-back would finish now
     assert [executions(f"slow:{i}:start") for i in range(6)] == [1] * 6
+
+
+# --- a race's loser, and an attempt past its timeout (issue 29, items 4 and 7) ----------------------------
+
+
+@weft.workflow(name="edges.race_with_a_due_timer")
+def race_with_a_due_timer(ctx: weft.Context, spec: dict) -> object:
+    timer, activity = ctx.start_timer(0), ctx.start_activity(fine, spec["key"])
+    branches = (activity, timer) if spec["activity_first"] else (timer, activity)
+    return ctx.race(*branches)[0]
+
+
+@pytest.mark.parametrize("activity_first", [False, True], ids=["timer first", "activity first"])
+@pytest.mark.parametrize("transactional", [False, True], ids=["in the test's transaction", "threads"])
+def test_an_activity_that_loses_a_race_before_it_began_never_begins(request, transactional, activity_first):
+    if transactional:
+        request.getfixturevalue("transactional_db")
+    weft_env = request.getfixturevalue("weft_env")
+    key = f"unbegun-{transactional}-{activity_first}"
+    handle = weft.start("edges.race_with_a_due_timer", {"key": key, "activity_first": activity_first})
+    weft_env.drive()
+    assert handle.result(timeout=0) == (1 if activity_first else 0)
+    time.sleep(0.3)  # a loser begun in a thread of its own would have marked by now
+    assert executions(key) == 0
+    activity = WorkflowStep.objects.get(run_id=handle.run_id, kind="activity")
+    assert activity.status == StepStatus.CANCELLED
+
+
+@weft.activity(retry=weft.RetryPolicy(max_attempts=1))
+def slow_loser(key: str) -> str:
+    _mark(f"{key}:start")
+    weft.signal(weft.activity_info().workflow_id, "go")  # the race's other branch wins while this runs on
+    time.sleep(0.8)  # never beats: it cannot learn that it lost
+    _mark(f"{key}:end")
+    return "late"
+
+
+@weft.workflow(name="edges.race_with_a_running_loser")
+def race_with_a_running_loser(ctx: weft.Context, key: str) -> object:
+    return ctx.race(ctx.start_wait_for_signal("go"), ctx.start_activity(slow_loser, key))[0]
+
+
+@concurrent
+def test_a_run_does_not_finish_while_the_attempt_that_lost_its_race_still_runs(weft_env):
+    handle = weft.start("edges.race_with_a_running_loser", "running-loser")
+    weft_env.drive()
+    assert handle.result(timeout=0) == 0
+    # The loser had begun: it was asked to stop, and the run finished only once it ended.
+    assert (executions("running-loser:start"), executions("running-loser:end")) == (1, 1)
+    activity = WorkflowStep.objects.get(run_id=handle.run_id, kind="activity")
+    assert activity.status == StepStatus.CANCELLED
+
+
+@weft.activity(retry=weft.RetryPolicy(max_attempts=1), timeout=0.3)
+def beats_past_its_timeout(key: str) -> str:
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        weft.heartbeat()  # raises ActivityCancelled once the attempt passed its timeout
+        time.sleep(0.01)
+    return "never told to stop"
+
+
+@weft.workflow(name="edges.branch_past_its_timeout")
+def branch_past_its_timeout(ctx: weft.Context, key: str) -> object:
+    try:
+        return ctx.start_activity(beats_past_its_timeout, key).result()
+    except weft.ActivityError as exc:
+        return exc.error_type
+
+
+@concurrent
+def test_a_branch_that_passed_its_timeout_fails_with_activity_timeout_whoever_noticed_first(weft_env):
+    """The attempt's own heartbeat sees the deadline first (it beats every 10 ms, the engine looks every 200 ms):
+    it raises ActivityCancelled, and the step still fails with ActivityTimeout."""
+    handle = weft.start("edges.branch_past_its_timeout", "bpt-branch")
+    weft_env.drive()
+    assert handle.result(timeout=0) == "django_weft.exceptions.ActivityTimeout"

@@ -10,10 +10,12 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import inspect
+import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +25,11 @@ from ..activities import ActivityInfo, CompleteAsync, current_activity, is_corou
 from ..codec import encode
 from ..conf import weft_settings
 from ..exceptions import ActivityCancelled, ActivityTimeout
+
+logger = logging.getLogger("django_weft.executor")
+
+# An execution that waits for an attempt it asked to stop says so this often.
+WAIT_WARNING_SECONDS = 30.0
 
 
 def in_callers_transaction() -> bool:
@@ -73,16 +80,26 @@ async def _run_coroutine(job: AttemptJob) -> Outcome:
     try:
         async with limit:
             value = await job.body(*job.args, **job.kwargs)
-        return Outcome(value=value, data=encode(value, what=job.what))
+        return _in_time(job, Outcome(value=value, data=encode(value, what=job.what)))
     except CompleteAsync:
-        return Outcome(completes_async=True)
+        return _in_time(job, Outcome(completes_async=True))
     except TimeoutError as exc:
         return Outcome(error=_timed_out(job) if limit.expired() else exc)
     except Exception as exc:
-        return Outcome(error=exc)
+        return _in_time(job, Outcome(error=exc))
     finally:
         if job.info.control is not None and not job.info.control.hold_writes:
             job.info.control.flush()
+
+
+def _in_time(job: AttemptJob, outcome: Outcome) -> Outcome:
+    """An attempt that ended past its timeout failed with ActivityTimeout, whatever it returned or raised (its
+    heartbeat raises ActivityCancelled once the deadline passed): which error it fails with must not depend on
+    whether the engine noticed the deadline before the body ended."""
+    control = job.info.control
+    if control is not None and control.past_deadline(time.monotonic()):
+        return Outcome(error=_timed_out(job))
+    return outcome
 
 
 def _not_started(job: AttemptJob) -> Outcome | None:
@@ -120,11 +137,11 @@ def run_inline(job: AttemptJob) -> Outcome:
         value = job.body(*job.args, **job.kwargs)
         if inspect.isawaitable(value):  # a plain function that returned a coroutine
             value = asyncio.run(_await(value))
-        return Outcome(value=value, data=encode(value, what=job.what))
+        return _in_time(job, Outcome(value=value, data=encode(value, what=job.what)))
     except CompleteAsync:
-        return Outcome(completes_async=True)
+        return _in_time(job, Outcome(completes_async=True))
     except Exception as exc:
-        return Outcome(error=exc)
+        return _in_time(job, Outcome(error=exc))
     finally:
         current_activity.reset(token)
         if job.info.control is not None:
@@ -166,6 +183,9 @@ class AttemptPool:
         self._running = 0
         self._queued: deque[tuple[AttemptJob, Future[Outcome]]] = deque()
         self._loop: asyncio.AbstractEventLoop | None = None
+        # The attempts that began and have not ended, and the tasks of the async ones among them.
+        self._active: dict[Future[Outcome], AttemptJob] = {}
+        self._tasks: dict[Future[Outcome], asyncio.Task[Outcome]] = {}
 
     def submit(self, job: AttemptJob) -> Future[Outcome]:
         future: Future[Outcome] = Future()
@@ -187,6 +207,8 @@ class AttemptPool:
         if cancelled is not None:
             self._finished(future, cancelled)
             return
+        with self._lock:
+            self._active[future] = job
         if job.is_async:
             loop = self._event_loop()
             loop.call_soon_threadsafe(self._start_task, loop, job, future)
@@ -206,6 +228,10 @@ class AttemptPool:
 
     def _start_task(self, loop: asyncio.AbstractEventLoop, job: AttemptJob, future: Future[Outcome]) -> None:
         task = loop.create_task(_run_coroutine(job), context=job.context)
+        with self._lock:
+            self._tasks[future] = task
+        if job.info.control is not None and job.info.control.cancelled:
+            task.cancel()  # abandoned while it waited for the loop
 
         def done(task: asyncio.Task[Outcome]) -> None:
             try:
@@ -217,6 +243,9 @@ class AttemptPool:
         task.add_done_callback(done)
 
     def _finished(self, future: Future[Outcome], outcome: Outcome) -> None:
+        with self._lock:
+            self._active.pop(future, None)
+            self._tasks.pop(future, None)
         future.set_result(outcome)
         with self._lock:
             following = self._queued.popleft() if self._queued else None
@@ -232,15 +261,42 @@ class AttemptPool:
                 threading.Thread(target=_run_loop, args=(self._loop,), name="weft-activity-loop", daemon=True).start()
             return self._loop
 
+    def wait_for_abandoned(self) -> None:
+        """Wait for the attempts that were asked to stop (a race's losers, the branches of an execution that
+        ended) to end: an async one is cancelled for real, a thread is waited for until it returns or passes its
+        timeout (Python cannot stop a thread; past its timeout the engine has given up on it as on any attempt
+        that overran). Nothing of the run runs on once its execution has moved past them."""
+        with self._lock:
+            stopping = [(future, job) for future, job in self._active.items()
+                        if job.info.control is not None and job.info.control.cancelled]
+            tasks = [self._tasks[future] for future, _ in stopping if future in self._tasks]
+            loop = self._loop
+        if loop is not None:
+            for task in tasks:
+                loop.call_soon_threadsafe(task.cancel)
+        for future, job in stopping:
+            control = job.info.control
+            assert control is not None
+            while not future.done():
+                left = None if control.deadline is None else control.deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    break
+                step = WAIT_WARNING_SECONDS if left is None else min(left, WAIT_WARNING_SECONDS)
+                if not wait([future], timeout=step).done and (left is None or left > step):
+                    logger.warning("activity %s attempt %s was asked to stop (%s) and still runs; the run's execution "
+                               "waits for it to end", job.info.activity, job.info.attempt, control.stop_reason)
+
     def close(self) -> None:
-        """Stop starting attempts; queued ones never run. Running ones finish on their own (their results
-        are no longer read)."""
+        """Stop starting attempts (queued ones never run) and wait for the running ones, which were asked to
+        stop, to end (see ``wait_for_abandoned``)."""
         with self._lock:
             queued, self._queued = list(self._queued), deque()
-            loop, self._loop = self._loop, None
         for job, future in queued:
             if job.info.control is not None:
                 job.info.control.cancel("the execution ended before the attempt started")
             future.set_result(Outcome(error=RuntimeError("not started")))
+        self.wait_for_abandoned()
+        with self._lock:
+            loop, self._loop = self._loop, None
         if loop is not None:
             loop.call_soon_threadsafe(loop.stop)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from datetime import timedelta
+from functools import partial
 
 from django.db import DatabaseError
 
@@ -14,7 +15,7 @@ from ..conf import weft_settings
 from ..exceptions import ActivityError, FencingError, WorkflowNotRegistered
 from ..models import FailureCategory, StepKind, StepStatus, Timer, WorkflowStep
 from ..observability import events
-from ..registry import get_workflow
+from ..registry import WorkflowDefinition, get_workflow
 from ..starts import prepare_run
 from .context import Context
 from .errors import (
@@ -100,37 +101,46 @@ def _execute(claim: transitions.Claim, should_stop: Callable[[], bool]) -> str:
                        100 * len(journal) // weft_settings.MAX_HISTORY, weft_settings.MAX_HISTORY)
     ctx = Context(claim, journal, timers, should_stop)
     try:
+        ending = _run_code(ctx, claim, definition)
+    finally:
+        # Nothing of the execution runs on once it ends: attempts still in flight are asked to stop and waited
+        # for before the run is finished, parked or handed back.
+        ctx.close_branches()
+    return ending()
+
+
+def _run_code(ctx: Context, claim: transitions.Claim, definition: WorkflowDefinition) -> Callable[[], str]:
+    """Run the workflow's code over its journal; how its execution ends, to apply once nothing of it runs."""
+    run = claim.run
+    try:
         value = run_workflow_code(ctx, definition, run.input)
         ctx.assert_journal_consumed()
         result = encode(value, what=f"result of workflow {run.workflow_type!r}")
     except Suspend:
-        return WAITING
+        return lambda: WAITING  # parked: its state is committed
     except ContinueAsNew as continued:
-        return _continue(claim, continued.input)
+        return partial(_continue, claim, continued.input)
     except HistoryLimitReached as limit:
         message = (f"the run's journal reached WEFT_MAX_HISTORY ({limit.limit} rows) at step {limit.seq}; a run that "
                    "loops for long should ctx.continue_as_new()")
         logger.error("run %s of %s timed out: %s", run.pk, run.workflow_type, message)
-        return _finish(claim, transitions.S.TIMED_OUT, error={"type": "HistoryLimit", "message": message},
+        return partial(_finish, claim, transitions.S.TIMED_OUT, error={"type": "HistoryLimit", "message": message},
                        failure_category=FailureCategory.TIMEOUT, termination_reason="history_limit")
     except StopExecution as stop:
         if stop.fail_with is not None:  # the database refused to store a step
-            return _finish(claim, transitions.S.FAILED, error=stop.fail_with, failure_category=FailureCategory.RESOURCE,
-                           termination_reason=DATABASE_REFUSED)
+            return partial(_finish, claim, transitions.S.FAILED, error=stop.fail_with,
+                           failure_category=FailureCategory.RESOURCE, termination_reason=DATABASE_REFUSED)
         if stop.release:
-            transitions.release(claim, clock.now())
-            return RELEASED
-        return LOST
+            return partial(hand_back, claim)
+        return lambda: LOST
     except Exception as exc:
         # Never raises, even for an exception whose __str__ does. An activity's failure names its step, which
         # an operator's retry runs again even when later branches settled after it.
         error = error_dict(exc, **({"step": exc.seq} if isinstance(exc, ActivityError) and exc.seq else {}))
         logger.error("run %s of %s failed: %s: %s", run.pk, run.workflow_type, error["type"], error["message"])
-        return _finish(claim, transitions.S.FAILED, error=error, failure_category=failure_category_of(exc),
+        return partial(_finish, claim, transitions.S.FAILED, error=error, failure_category=failure_category_of(exc),
                        termination_reason=termination_reason_of(exc))
-    finally:
-        ctx.close_branches()
-    return _finish(claim, transitions.S.COMPLETED, result=result)
+    return partial(_finish, claim, transitions.S.COMPLETED, result=result)
 
 
 def _count_recovery(claim: transitions.Claim, progress: int) -> str | None:

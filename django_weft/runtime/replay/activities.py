@@ -118,7 +118,7 @@ class ActivityOps(Branches):
                 return body(*args, **kwargs)
             if in_callers_transaction():
                 return self._invoke_inline_with_timeout(definition, body, attempt, args, kwargs)
-            return self._invoke_with_timeout(definition, body, attempt, args, kwargs)
+            return self._invoke_with_timeout(definition, control, body, attempt, args, kwargs)
         finally:
             current_activity.reset(token)
             control.flush()
@@ -178,8 +178,8 @@ class ActivityOps(Branches):
             raise self._timed_out(definition, attempt)
         return value
 
-    def _invoke_with_timeout(self, definition: ActivityDefinition, body: Callable[..., Any], attempt: int,
-                             args: tuple, kwargs: dict) -> Any:
+    def _invoke_with_timeout(self, definition: ActivityDefinition, control: AttemptControl, body: Callable[..., Any],
+                             attempt: int, args: tuple, kwargs: dict) -> Any:
         assert definition.timeout is not None
         outcome: dict[str, Any] = {}
         done = threading.Event()
@@ -190,6 +190,7 @@ class ActivityOps(Branches):
             except BaseException as exc:
                 outcome["error"] = exc
             finally:
+                outcome["ended"] = time.monotonic()
                 connections.close_all()
                 done.set()
 
@@ -198,7 +199,8 @@ class ActivityOps(Branches):
         worker = threading.Thread(target=context.run, args=(target,), name=f"weft-activity-{definition.name}",
                                   daemon=True)
         worker.start()
-        if not done.wait(definition.timeout):
+        if not done.wait(definition.timeout) or control.past_deadline(outcome["ended"]):
+            # Past its deadline whatever it returned or raised (a heartbeat then raises ActivityCancelled).
             raise self._timed_out(definition, attempt)
         if "error" in outcome:
             raise outcome["error"]

@@ -211,30 +211,38 @@ class Branches(AsyncActivityOps, Signals):
             reason = f"waiting for {len(unsettled)} branches: " + "; ".join(b.reason() for b in unsettled)
         self._park(wake_at=min(wakes, default=None), reason=reason, awaiting_signals=names)
 
-    def _commit_deferred(self) -> None:
-        if self._claim.deferred:
-            self._commit()
-
     def _attempt_pool(self) -> AttemptPool:
         if self._pool is None:
             self._pool = AttemptPool(inline=in_callers_transaction())
         return self._pool
 
     def _before_new_work(self, *, side_effects: bool) -> None:
-        """Branches that settled meanwhile are recorded first, so their rows commit before the new work. A
-        worker that is stopping (or a Celery task out of time) lets running attempts finish and records them
-        before it hands the run back, as it lets a plain activity finish: they would run again otherwise."""
+        """Branches that settled meanwhile are recorded first, so their rows commit before the new work; with
+        side effects, branches started before this call begin before it."""
         if self._open_branches:
             for branch in self._open_branches:
                 if branch.running:
                     cast(ActivityBranch[Any], branch).poll_attempt()
-            if not self._claim.lost and self._should_stop():
-                self._drain_running()
-                self._commit_deferred()
             self._open_branches = [branch for branch in self._open_branches if not branch.settled]
         super()._before_new_work(side_effects=side_effects)
+        if side_effects:
+            self._begin_due()
 
-    def _drain_running(self) -> None:
+    def _check_new_work(self) -> None:
+        """A worker that is stopping (or a Celery task out of time) lets running attempts finish and records them
+        before it hands the run back, as it lets a plain activity finish: they would run again otherwise. Due
+        attempts do not begin."""
+        if self._open_branches and not self._claim.lost and self._should_stop():
+            self._settle_running()
+            self._commit_deferred()
+        super()._check_new_work()
+
+    def _begin_due(self) -> None:
+        for branch in self._open_branches:
+            if isinstance(branch, ActivityBranch) and branch.due:
+                branch.begin()
+
+    def _settle_running(self) -> None:
         """Wait for the attempts running in the pool and record how they ended."""
         running = [branch for branch in self._open_branches if branch.running]
         while running:
@@ -242,6 +250,14 @@ class Branches(AsyncActivityOps, Signals):
             for branch in running:
                 cast(ActivityBranch[Any], branch).poll_attempt()
             running = [branch for branch in running if branch.running]
+
+    def _drain_running(self) -> None:
+        """Before the run parks: begin the attempts that are due, wait for every running attempt and record how
+        it ended, and wait for the attempts that lost a race (their outcome is not used) to end."""
+        self._begin_due()
+        self._settle_running()
+        if self._pool is not None:
+            self._pool.wait_for_abandoned()
 
     def _park(self, *, wake_at: datetime | None, reason: str, writes: Sequence[journal.JournalWrite] = (),
               awaiting_signals: Sequence[str] = ()) -> NoReturn:
@@ -258,7 +274,8 @@ class Branches(AsyncActivityOps, Signals):
         super()._park(wake_at=wake_at, reason=reason, writes=writes, awaiting_signals=awaiting_signals)
 
     def close_branches(self) -> None:
-        """The execution ended: attempts still running are asked to stop, and nothing more starts."""
+        """The execution ends: attempts still running are asked to stop and waited for (each at most until its
+        timeout), and nothing more starts."""
         for branch in self._open_branches:
             if not branch.settled:
                 branch.abandon("the run's execution ended without waiting for this branch")

@@ -163,6 +163,13 @@ class ReplayCore:
         side effect function) the deferred writes commit, so nothing touches the world while an earlier
         step's result could still be lost.
         """
+        self._check_new_work()
+        if side_effects:
+            self._commit_deferred()
+
+    def _check_new_work(self) -> None:
+        """Refuse new work where there may be none: in a handler, in a dry replay, in a run this executor lost
+        or must hand back."""
         self._refuse_in_handler("new work")
         if self._dry:
             raise ReplayFrontier()
@@ -170,7 +177,9 @@ class ReplayCore:
             raise StopExecution(release=False)
         if self._should_stop():
             raise StopExecution(release=True)
-        if side_effects and self._claim.deferred:
+
+    def _commit_deferred(self) -> None:
+        if self._claim.deferred:
             self._commit()
 
     def _commit(self, writes: Sequence[journal.JournalWrite] = ()) -> None:

@@ -176,6 +176,9 @@ class ActivityBranch(Pending[T]):
         self._async_wait = False  # waiting for an async completion
         self._close_timer: Timer | None = None  # schedule_to_close_timeout of an async wait
         self._record_deferred = False  # the async attempt's record rides on the run's next commit
+        # An attempt is due but has not begun: it begins when the code waits for the branch or makes its next
+        # call with side effects, or when the run parks. A branch that loses a race before then never begins.
+        self._due = False
         if row is None:
             self._dispatch()
         elif row.status == StepStatus.COMPLETED:
@@ -197,8 +200,23 @@ class ActivityBranch(Pending[T]):
         self.poll(clock.now())
 
     def _dispatch(self) -> None:
+        """The next attempt is due (see ``_due``); nothing runs yet."""
+        self._ctx._check_new_work()
+        self._due = True
+
+    @property
+    def due(self) -> bool:
+        """An attempt of it is due and has not begun yet."""
+        return self._due
+
+    def begin(self) -> None:
+        """Begin the due attempt in the run's attempt pool, after the rows before it commit."""
+        if not self._due:
+            return
         ctx = self._ctx
-        ctx._before_new_work(side_effects=True)
+        ctx._check_new_work()
+        ctx._commit_deferred()
+        self._due = False
         definition = self.definition
         control = AttemptControl(ctx._claim, ctx.run_id, self.seq, self._attempt, timeout=definition.timeout,
                                  heartbeat_timeout=definition.heartbeat_timeout)
@@ -217,6 +235,8 @@ class ActivityBranch(Pending[T]):
     def poll(self, now: datetime) -> None:
         if self._settled:
             return
+        if self._due:
+            self.begin()
         if self._future is not None:
             self.poll_attempt()
         elif self._retry_timer is not None:
@@ -226,6 +246,7 @@ class ActivityBranch(Pending[T]):
                 self._fire(self._retry_timer)
                 self._retry_timer = None
                 self._dispatch()
+                self.begin()
         elif self._async_wait:
             self._poll_async(now)
 
@@ -345,8 +366,9 @@ class ActivityBranch(Pending[T]):
         return f"waiting for async activity {self._name} (attempt {self._attempt}) to be completed"
 
     def abandon(self, reason: str) -> None:
+        self._due = False  # never begins
         if self._future is not None and self._info is not None and self._info.control is not None:
-            self._info.control.cancel(reason)
+            self._info.control.cancel(reason)  # the pool waits for it to end before the execution does
         self._future = None
 
     def cancel(self, reason: str) -> None:
