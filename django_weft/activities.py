@@ -76,7 +76,11 @@ class RetryPolicy:
         return min(grown, self.max_backoff)
 
     def should_retry(self, attempt: int, error: BaseException) -> bool:
-        return attempt < self.max_attempts and not isinstance(error, self.non_retryable)
+        return self.allows(attempt + 1) and not isinstance(error, self.non_retryable)
+
+    def allows(self, attempt: int) -> bool:
+        """Attempt number ``attempt`` may begin (every attempt counts: failed, timed out and lost ones)."""
+        return attempt <= self.max_attempts
 
 
 DEFAULT_RETRY_POLICY = RetryPolicy()

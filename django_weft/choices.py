@@ -64,6 +64,19 @@ class TimerPurpose(models.TextChoices):
     ACTIVITY_TIMEOUT = "activity_timeout", _("Activity schedule-to-close timeout")
 
 
+class AttemptOutcome(models.TextChoices):
+    """How one attempt of an activity step ended (a StepAttempt row)."""
+
+    COMPLETED = "completed", _("Completed")
+    FAILED = "failed", _("Failed")
+    TIMED_OUT = "timed_out", _("Timed out")
+    # Its executor stopped holding the run while it ran (died, or its lease expired): it may have done its
+    # work, or part of it; the run was taken over and the next attempt counts from it.
+    LOST = "lost", _("Lost")
+    # The branch lost a ctx.race while the attempt ran.
+    CANCELLED = "cancelled", _("Cancelled")
+
+
 class FailureCategory(models.TextChoices):
     APPLICATION = "application", _("Application")
     TIMEOUT = "timeout", _("Timeout")

@@ -18,7 +18,7 @@ from django.db.models import NOT_PROVIDED, DateField, DateTimeField, Field, Mode
 
 from . import attribute_rows, group_commit, wakeups
 from .bound_cursor import Converter, bound_cursor, converter
-from .models import AsyncActivity, Signal, Timer, UpdateStatus, Workflow, WorkflowStep, WorkflowUpdate
+from .models import AsyncActivity, Signal, StepAttempt, Timer, UpdateStatus, Workflow, WorkflowStep, WorkflowUpdate
 from .observability import events
 
 
@@ -30,6 +30,13 @@ class InsertStep:
 @dataclass
 class UpdateStep:
     step: WorkflowStep  # carries the pk of the existing row
+
+
+@dataclass
+class InsertAttempt:
+    """An attempt of a step that took more than one (models.StepAttempt)."""
+
+    attempt: StepAttempt
 
 
 @dataclass
@@ -102,8 +109,8 @@ class SetSearchAttributes:
     shown: dict[str, Any]
 
 
-JournalWrite = (InsertStep | UpdateStep | InsertTimer | FireTimer | ConsumeSignal | InsertChild | InsertAsync
-                | ResolveAsync | CancelChild | ApplyUpdate | SetSearchAttributes)
+JournalWrite = (InsertStep | UpdateStep | InsertAttempt | InsertTimer | FireTimer | ConsumeSignal | InsertChild
+                | InsertAsync | ResolveAsync | CancelChild | ApplyUpdate | SetSearchAttributes)
 
 
 def announce(run: Workflow, writes: Sequence[JournalWrite], *, committed: bool = False) -> None:
@@ -129,6 +136,8 @@ def apply(writes: Iterable[JournalWrite]) -> None:
                 status=s.status, attempt=s.attempt, result=s.result, error=s.error, finished_at=s.finished_at,
                 failure_category=s.failure_category,
             )
+        elif isinstance(write, InsertAttempt):
+            write.attempt.save(force_insert=True)
         elif isinstance(write, InsertTimer):
             write.timer.save(force_insert=True)
         elif isinstance(write, FireTimer):

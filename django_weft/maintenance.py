@@ -21,7 +21,7 @@ from django.db.models import F
 
 from . import clock, liveness, spent_keys, transitions, wakeups
 from .conf import weft_settings
-from .models import AsyncActivity, RunStatus, Signal, Timer, Workflow, WorkflowStep
+from .models import AsyncActivity, RunStatus, Signal, StepAttempt, Timer, Workflow, WorkflowStep
 from .runtime import executor
 from .runtime.leases import LeaseKeeper
 from .schedule_tick import due_schedules, fire_due_schedules, next_due_at, purge_history
@@ -102,7 +102,7 @@ def delete_finished_runs(run_ids: list, now: datetime | None = None) -> list:
         ids = [pk for pk, *_ in rows]
         spent_keys.retire_keys(rows, now or clock.now())
         # Related rows go first in plain DELETEs, so the run delete needs no per-row cascade.
-        for related in (WorkflowStep, Timer, Signal, AsyncActivity):
+        for related in (WorkflowStep, StepAttempt, Timer, Signal, AsyncActivity):
             related.objects.filter(run_id__in=ids).delete()
         Workflow.objects.filter(parent_id__in=ids).update(parent=None)
         Workflow.objects.filter(restarted_from_id__in=ids).update(restarted_from=None)

@@ -11,6 +11,7 @@ from django.db.models import Case, F, Q, Value, When
 from django.utils.translation import gettext_lazy as _
 
 from .choices import (
+    AttemptOutcome,
     FailureCategory,
     ParentClosePolicy,
     RunStatus,
@@ -204,6 +205,34 @@ class WorkflowStep(models.Model):
     def decoded_result(self) -> Any:
         """The step's recorded result (an activity's return value, a side effect's value...)."""
         return decode(self.result)
+
+
+class StepAttempt(models.Model):
+    """One attempt of an activity step that took more than one: a failed attempt that was retried, an attempt
+    lost with its executor (the run was taken over after its lease expired), and the attempt that ended the
+    step. A step that finished on its first attempt has none (its row says it all), so recording them costs
+    the common case nothing; errors of earlier attempts stay visible here after the step succeeds."""
+
+    id = models.BigAutoField(primary_key=True)
+    run = models.ForeignKey(Workflow, on_delete=models.CASCADE, related_name="attempts")
+    seq = models.PositiveIntegerField()
+    attempt = models.PositiveIntegerField()
+    outcome = models.CharField(max_length=16, choices=AttemptOutcome.choices)
+    error = models.JSONField(null=True, blank=True)
+    executor = models.CharField(max_length=255, blank=True, help_text=_("The executor that ran it."))
+    # Unknown for a lost attempt: its executor died without saying when it began.
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(help_text=_("When it ended, or, for a lost attempt, when the loss was found."))
+
+    class Meta:
+        verbose_name = _("step attempt")
+        ordering = ["run", "seq", "attempt"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "seq", "attempt"], name="weft_attempt_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"step {self.seq} attempt {self.attempt} ({self.outcome})"
 
 
 class Timer(models.Model):
@@ -456,6 +485,7 @@ __all__ = [
     "ApiKey",
     "AsyncActivity",
     "AsyncStatus",
+    "AttemptOutcome",
     "BulkOperation",
     "BulkOperationStatus",
     "Executor",
@@ -471,6 +501,7 @@ __all__ = [
     "SearchAttributeValue",
     "Signal",
     "SpentIdempotencyKey",
+    "StepAttempt",
     "StepKind",
     "StepStatus",
     "Timer",

@@ -14,7 +14,7 @@ from django.db.models import F
 
 from . import lock_retries, wakeups
 from .exceptions import TransitionNotAllowed
-from .models import AsyncActivity, StepStatus, Timer, Workflow, WorkflowStep
+from .models import AsyncActivity, StepAttempt, StepStatus, Timer, Workflow, WorkflowStep
 from .transitions import S, check_transition, locked_run, locked_with_owners
 
 
@@ -83,6 +83,7 @@ def retry_failed(run_id: Any, now: datetime) -> Workflow:
             first_failed = seq
         if first_failed is not None:
             WorkflowStep.objects.filter(run=run, seq__gte=first_failed).delete()
+            StepAttempt.objects.filter(run=run, seq__gte=first_failed).delete()  # they run again from attempt 1
             Timer.objects.filter(run=run, seq__gte=first_failed).delete()
             AsyncActivity.objects.filter(run=run, seq__gte=first_failed).delete()
         failed_step = (run.error or {}).get("step")
@@ -92,6 +93,7 @@ def retry_failed(run_id: Any, now: datetime) -> Workflow:
             failed = WorkflowStep.objects.filter(run=run, seq__gte=failed_step, status=StepStatus.FAILED)
             seqs = list(failed.values_list("seq", flat=True))
             failed.delete()
+            StepAttempt.objects.filter(run=run, seq__in=seqs).delete()
             Timer.objects.filter(run=run, seq__in=seqs).delete()
             AsyncActivity.objects.filter(run=run, seq__in=seqs).delete()
         Workflow.objects.filter(pk=run.pk).update(

@@ -16,7 +16,16 @@ from django.db import connections
 from django.test import override_settings
 
 import django_weft as weft
-from django_weft.models import ActivityHeartbeat, RunStatus, Signal, StepStatus, Timer, Workflow, WorkflowStep
+from django_weft.models import (
+    ActivityHeartbeat,
+    RunStatus,
+    Signal,
+    StepAttempt,
+    StepStatus,
+    Timer,
+    Workflow,
+    WorkflowStep,
+)
 from tests.testapp import branch_workflows as bw
 from tests.testapp.models import Execution
 from tests.testapp.workflows import executions
@@ -346,5 +355,8 @@ def test_a_retry_cut_short_by_a_crash_runs_again_after_its_backoff_timer_fired(w
         weft_env.advance(timedelta(seconds=5))  # the backoff timer fired, then attempt 2 died with its process
     Workflow.objects.filter(pk=handle.run_id).update(runnable_at=weft_env.now())  # its lease, expired
     weft_env.drive()
-    assert handle.result() == f"{key}:attempt 2"
+    # The attempt that died with its executor counts: the takeover's attempt is the third (design 9.1).
+    assert handle.result() == f"{key}:attempt 3"
     assert executions(key) == 3
+    history = list(StepAttempt.objects.filter(run_id=handle.run_id).values_list("attempt", "outcome"))
+    assert history == [(1, "failed"), (2, "lost"), (3, "completed")]

@@ -17,6 +17,7 @@ from ..models import (
     AsyncActivity,
     AsyncStatus,
     Signal,
+    StepAttempt,
     StepStatus,
     Timer,
     TimerPurpose,
@@ -118,6 +119,26 @@ class TimerInline(ReadOnlyInline):
         if why is None:
             return _t("cleared at %(moment)s") % {"moment": moment}
         return _t("cleared at %(moment)s: %(why)s") % {"moment": moment, "why": why}
+
+
+class StepAttemptInline(ReadOnlyInline):
+    """The attempts of the steps that took more than one (failed and retried, lost with their executor): an
+    error stays visible here after its step succeeded, and a lost attempt says a side effect may have run twice."""
+
+    model = StepAttempt
+    verbose_name = _("step attempt")
+    verbose_name_plural = _("attempt history (steps that took more than one attempt)")
+    fields = ("seq", "attempt", "outcome_badge", "executor", "started_at", "finished_at", "error_message")
+    readonly_fields = fields
+    ordering = ("seq", "attempt")
+
+    @admin.display(description=_("outcome"))
+    def outcome_badge(self, row: StepAttempt) -> str:
+        return badge(row.outcome, row.get_outcome_display())
+
+    @admin.display(description=_("error"))
+    def error_message(self, row: StepAttempt) -> str:
+        return f"{row.error.get('type')}: {row.error.get('message')}" if row.error else "—"
 
 
 class SignalInline(ReadOnlyInline):

@@ -48,6 +48,7 @@ from .forms import AsyncCompletionForm, SignalForm
 from .run_inlines import (
     AsyncActivityInline,
     SignalInline,
+    StepAttemptInline,
     TimerInline,
     WorkflowStepInline,
     hidden_token,
@@ -145,7 +146,7 @@ class WorkflowAdmin(OperationsMixin, ReadOnlyMixin, admin.ModelAdmin):
     list_per_page = 50
     list_select_related = ("schedule",)
     actions = ("cancel_selected", "retry_selected", "suspend_selected", "resume_selected", "purge_selected")
-    inlines = (WorkflowStepInline, SignalInline, UpdateInline, AsyncActivityInline, TimerInline)
+    inlines = (WorkflowStepInline, StepAttemptInline, SignalInline, UpdateInline, AsyncActivityInline, TimerInline)
     change_list_template = "admin/django_weft/workflow/change_list.html"
     change_form_template = "admin/django_weft/workflow/change_form.html"
 

@@ -14,7 +14,7 @@ from django.core.management.base import OutputWrapper
 
 from .. import bulk, filter_text
 from ..codec import decode
-from ..models import FailureCategory, RunStatus, Workflow, WorkflowStep
+from ..models import FailureCategory, RunStatus, StepAttempt, Workflow, WorkflowStep
 
 MAX_CELL = 40
 
@@ -119,6 +119,19 @@ def journal(run: Workflow) -> list[dict[str, Any]]:
              "failure_category": step.failure_category, "started_at": step.started_at,
              "finished_at": step.finished_at, "result": _decoded(step.result), "error": step.error}
             for step in WorkflowStep.objects.filter(run=run).order_by("seq")]
+
+
+def attempts(run: Workflow) -> list[dict[str, Any]]:
+    """The attempt history of the run's steps that took more than one attempt (failed and retried, lost with
+    their executor), in step and attempt order."""
+    return [{"seq": row.seq, "attempt": row.attempt, "outcome": row.outcome, "executor": row.executor,
+             "started_at": row.started_at, "finished_at": row.finished_at, "error": row.error}
+            for row in StepAttempt.objects.filter(run=run).order_by("seq", "attempt")]
+
+
+def error_text(error: dict | None) -> str:
+    """A recorded error as one line: ``type: message``."""
+    return f"{error.get('type')}: {error.get('message')}" if error else ""
 
 
 def _cell(value: Any) -> str:

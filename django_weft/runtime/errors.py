@@ -8,7 +8,7 @@ from __future__ import annotations
 import traceback
 from typing import Any
 
-from ..choices import FailureCategory, RunStatus
+from ..choices import AttemptOutcome, FailureCategory, RunStatus
 from ..exceptions import (
     ActivityCancelled,
     ActivityError,
@@ -109,6 +109,7 @@ _CATEGORY_OF_TYPE: dict[str, str] = {
     **{_type_name(kind): category for kind, category in _CATEGORIES},
     "WaitTimeout": FailureCategory.TIMEOUT,
     "BranchCancelled": FailureCategory.CANCELLATION,
+    "AttemptLost": FailureCategory.SYSTEM,  # the last attempt allowed was lost with its executor
 }
 _CATEGORY_OF_STATUS: dict[str, str] = {
     RunStatus.CANCELLED: FailureCategory.CANCELLATION,
@@ -119,6 +120,11 @@ _CATEGORY_OF_STATUS: dict[str, str] = {
 def error_category(error: dict | None) -> str:
     """The failure category (a FailureCategory value) of a recorded error: a failed step's."""
     return _CATEGORY_OF_TYPE.get(str((error or {}).get("type")), FailureCategory.APPLICATION)
+
+
+def attempt_outcome(error: dict | None) -> str:
+    """How an attempt that failed with ``error`` (a recorded error) ended: timed out or failed."""
+    return AttemptOutcome.TIMED_OUT if error_category(error) == FailureCategory.TIMEOUT else AttemptOutcome.FAILED
 
 
 def failure_category_of(exc: BaseException) -> str:

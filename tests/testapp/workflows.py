@@ -57,7 +57,8 @@ def unencodable(key: str) -> object:
     return object()
 
 
-@weft.activity(retry=weft.RetryPolicy(max_attempts=1))
+# Attempts lost with a killed process count (design 9.1): room for the takeovers the crash tests cause.
+@weft.activity(retry=weft.RetryPolicy(max_attempts=5))
 def wait_for_file(spec: dict) -> str:
     """Marks that it started, then blocks until ``spec['path']`` exists (a test kills us meanwhile)."""
     mark(spec["key"] + ":start")
@@ -295,6 +296,7 @@ def async_early(ctx: weft.Context, key: str) -> object:
 
 
 from . import (  # noqa: E402,F401
+    attempt_workflows,
     attribute_workflows,
     branch_process_workflows,
     branch_workflows,

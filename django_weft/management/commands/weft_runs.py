@@ -35,6 +35,7 @@ BULK = {
 SAMPLE_COLUMNS = ("run_id", "workflow_id", "type", "status", "created_at")
 LIST_COLUMNS = ("run_id", "workflow_id", "type", "version", "status", "created_at", "finished_at")
 JOURNAL_COLUMNS = ("seq", "kind", "name", "status", "attempt", "started_at", "finished_at")
+ATTEMPT_COLUMNS = ("seq", "attempt", "outcome", "executor", "started_at", "finished_at")
 
 
 class Command(BaseCommand):
@@ -103,9 +104,9 @@ class Command(BaseCommand):
 
     def do_show(self, *, run_id: str, as_json: bool, **options: Any) -> None:
         run = self.run_named(run_id)
-        data, steps = runs_cli.detail(run), runs_cli.journal(run)
+        data, steps, attempts = runs_cli.detail(run), runs_cli.journal(run), runs_cli.attempts(run)
         if as_json:
-            self.emit({"run": data, "journal": steps})
+            self.emit({"run": data, "journal": steps, "attempts": attempts})
             return
         for key, value in data.items():
             shown = runs_cli.to_json(value, compact=True) if isinstance(value, dict | list) and value else value
@@ -113,6 +114,15 @@ class Command(BaseCommand):
         self.stdout.write(f"\njournal ({len(steps)} step(s)):")
         if steps:
             self.stdout.write(runs_cli.table(steps, JOURNAL_COLUMNS))
+        if attempts:
+            # Steps that took more than one attempt: earlier errors and lost attempts stay visible here.
+            self.stdout.write(f"\nattempts ({len(attempts)}):")
+            lines = runs_cli.table(attempts, ATTEMPT_COLUMNS).splitlines()
+            self.stdout.write(lines[0])
+            for line, row in zip(lines[1:], attempts, strict=True):
+                self.stdout.write(line)
+                if row["error"]:  # whole, on a line of its own: it is what the history is read for
+                    self.stdout.write(f"    {runs_cli.error_text(row['error'])}")
 
     @staticmethod
     def run_named(text: str) -> Workflow:

@@ -26,7 +26,7 @@ from ...activities import (
 from ...codec import decode, encode
 from ...exceptions import ActivityTimeout, PayloadError
 from ...heartbeats import AttemptControl
-from ...models import StepKind, StepStatus, TimerPurpose
+from ...models import AttemptOutcome, StepKind, StepStatus, TimerPurpose
 from ...observability import events
 from ..attempt_pool import AttemptJob, in_callers_transaction
 from ..errors import ReplayFrontier, StopExecution, error_dict
@@ -79,6 +79,14 @@ class ActivityOps(Branches):
             attempt = step.attempt + 1
             started = step.started_at
         self._before_new_work(side_effects=True)
+        if self._taken_over_from:
+            early = self._early_resolution(seq, attempt)  # the lost attempt's token was answered meanwhile
+            if early is not None:
+                return self._apply_resolution(seq, step, definition, attempt, started, early)
+            attempt, lost = self._next_after_lost(seq, attempt, definition)
+            if lost is not None:
+                return self._attempt_failed(seq, step, definition, attempt, started, lost, retryable=False)
+        began = clock.now()
         try:
             value = self._invoke(definition, seq, attempt, args, kwargs)
             data = encode(value, what=f"result of activity {definition.name!r}")
@@ -90,10 +98,12 @@ class ActivityOps(Branches):
                 return self._apply_resolution(seq, step, definition, attempt, started, early)
             retryable = not isinstance(exc, PayloadError) and definition.retry.should_retry(attempt, exc)
             return self._attempt_failed(seq, step, definition, attempt, started, error_dict(exc, attempt=attempt),
-                                        retryable=retryable, cause=exc)
+                                        retryable=retryable, cause=exc, began=began)
         early = self._token_used_first(seq, attempt)
         if early is not None:
             return self._apply_resolution(seq, step, definition, attempt, started, early)
+        if attempt > 1:
+            self._defer(self._attempt_row(seq, attempt, AttemptOutcome.COMPLETED, began))
         self._defer(self._record(self._step(
             seq, StepKind.ACTIVITY, definition.name, StepStatus.COMPLETED, attempt=attempt, result=data,
             started=started, finished=clock.now(),

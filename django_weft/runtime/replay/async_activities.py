@@ -11,7 +11,16 @@ from ... import clock, journal
 from ...activities import ActivityDefinition
 from ...codec import decode
 from ...exceptions import NonDeterminismError
-from ...models import AsyncActivity, AsyncStatus, StepKind, StepStatus, Timer, TimerPurpose, WorkflowStep
+from ...models import (
+    AsyncActivity,
+    AsyncStatus,
+    AttemptOutcome,
+    StepKind,
+    StepStatus,
+    Timer,
+    TimerPurpose,
+    WorkflowStep,
+)
 from ...tokens import make_task_token
 from .attempts import AttemptOps
 
@@ -98,6 +107,8 @@ class AsyncActivityOps(AttemptOps):
             self._defer(journal.InsertAsync(AsyncActivity(
                 run_id=self.run_id, seq=seq, attempt=attempt, activity=definition.name, token=record.token)))
         if record.status == AsyncStatus.COMPLETED:
+            if attempt > 1:
+                self._defer(self._attempt_row(seq, attempt, AttemptOutcome.COMPLETED, record.created_at))
             self._defer(self._record(self._step(
                 seq, StepKind.ACTIVITY, definition.name, StepStatus.COMPLETED, attempt=attempt,
                 result=record.result, started=started, finished=record.resolved_at or clock.now(),
@@ -106,4 +117,4 @@ class AsyncActivityOps(AttemptOps):
         error = record.error or {"type": "AsyncActivityFailed", "message": f"async activity {record.status}"}
         return self._attempt_failed(seq, step, definition, attempt, started, error,
                                     retryable=record.status == AsyncStatus.FAILED
-                                    and attempt < definition.retry.max_attempts)
+                                    and definition.retry.allows(attempt + 1), began=record.created_at)

@@ -19,7 +19,7 @@ from ...codec import decode
 from ...conf import weft_settings
 from ...exceptions import FencingError, InvalidArgument, NonDeterminismError
 from ...instances import new_instance
-from ...models import StepKind, Timer, WorkflowStep
+from ...models import RunStatus, StepKind, Timer, WorkflowStep
 from ...registry import WorkflowDefinition
 from ..attempt_pool import AttemptPool
 from ..errors import (
@@ -103,6 +103,11 @@ class ReplayCore:
         self._pool: AttemptPool | None = None
         # The exit unwinding the code now, if the engine is taking it off the executor (see ``durable``).
         self._exiting: EngineExit | None = None
+        # The executor this execution took the run over from: it held the run running and stopped (died, or
+        # its lease ran out). Every attempt begins right after a commit of all that came before it, so until
+        # this execution records something new, an attempt it begins may repeat one that executor had begun:
+        # that one counts as lost (runtime.replay.attempts). Cleared by the first new write.
+        self._taken_over_from = claim.previous_owner if claim.previous_status == RunStatus.RUNNING else ""
 
     @property
     def workflow_id(self) -> str:
@@ -226,6 +231,8 @@ class ReplayCore:
         a crash in that window only repeats what at-least-once already allows."""
         if not self._dry:
             self._claim.deferred.append(write)
+            if not isinstance(write, journal.InsertAttempt):
+                self._taken_over_from = ""
 
     def _step(self, seq: int, kind: str, name: str, status: str, *, attempt: int = 1,
               result: bytes | memoryview | None = None, error: dict | None = None, started: datetime,

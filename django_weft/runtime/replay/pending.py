@@ -18,11 +18,20 @@ from ...activities import ActivityDefinition, ActivityInfo, body_of, is_coroutin
 from ...codec import decode, encode
 from ...exceptions import ActivityTimeout, BranchCancelled, NonDeterminismError, PayloadError, WaitTimeout
 from ...heartbeats import AttemptControl
-from ...models import AsyncActivity, AsyncStatus, FailureCategory, StepStatus, Timer, TimerPurpose, WorkflowStep
+from ...models import (
+    AsyncActivity,
+    AsyncStatus,
+    AttemptOutcome,
+    FailureCategory,
+    StepStatus,
+    Timer,
+    TimerPurpose,
+    WorkflowStep,
+)
 from ...observability import events
 from ...tokens import make_task_token
 from ..attempt_pool import AttemptJob, Outcome
-from ..errors import error_category, error_dict
+from ..errors import attempt_outcome, error_category, error_dict
 from .core import durable
 
 if TYPE_CHECKING:
@@ -176,6 +185,7 @@ class ActivityBranch(Pending[T]):
         self._async_wait = False  # waiting for an async completion
         self._close_timer: Timer | None = None  # schedule_to_close_timeout of an async wait
         self._record_deferred = False  # the async attempt's record rides on the run's next commit
+        self._began: datetime | None = None  # when the attempt running now (or that ran last) began
         # An attempt is due but has not begun: it begins when the code waits for the branch or makes its next
         # call with side effects, or when the run parks. A branch that loses a race before then never begins.
         self._due = False
@@ -215,8 +225,11 @@ class ActivityBranch(Pending[T]):
             return
         ctx = self._ctx
         ctx._check_new_work()
+        if ctx._taken_over_from and not self._after_lost():
+            return
         ctx._commit_deferred()
         self._due = False
+        self._began = clock.now()
         definition = self.definition
         control = AttemptControl(ctx._claim, ctx.run_id, self.seq, self._attempt, timeout=definition.timeout,
                                  heartbeat_timeout=definition.heartbeat_timeout)
@@ -227,6 +240,23 @@ class ActivityBranch(Pending[T]):
         body = events.attempt(body, self._info, ctx._claim.run, is_async=is_coroutine_body(body))
         self._future = ctx._attempt_pool().submit(AttemptJob(self._info, body, self._args, self._kwargs,
                                                              timeout=definition.timeout))
+
+    def _after_lost(self) -> bool:
+        """In a run taken over, the attempt about to begin may repeat one the dead executor began (see
+        ``_next_after_lost``): answer it from that attempt's token, count it lost, or fail the step; True if
+        the next attempt begins."""
+        ctx = self._ctx
+        early = ctx._early_resolution(self.seq, self._attempt)
+        self._due = False
+        if early is not None:
+            self._apply(early)
+            return False
+        self._attempt, lost = ctx._next_after_lost(self.seq, self._attempt, self.definition)
+        if lost is not None:
+            self._failed(lost, False)
+            return False
+        self._due = True
+        return True
 
     @property
     def running(self) -> bool:
@@ -293,8 +323,16 @@ class ActivityBranch(Pending[T]):
                 self.definition.retry.should_retry(attempt, exc)
             self._failed(error_dict(exc, attempt=attempt), retryable, exc)
         else:
+            self._history(AttemptOutcome.COMPLETED)
             self._write_row(StepStatus.COMPLETED, attempt=attempt, result=outcome.data)
             self._settle(value=outcome.value)
+
+    def _history(self, outcome: str, error: dict | None = None, *, always: bool = False,
+                 began: datetime | None = None) -> None:
+        """Record how the attempt that ran ended, where the step has an attempt history (it took more than
+        one attempt; ``always``: it will)."""
+        if always or self._attempt > 1:
+            self._ctx._defer(self._ctx._attempt_row(self.seq, self._attempt, outcome, began or self._began, error))
 
     def _park_async(self) -> None:
         ctx = self._ctx
@@ -331,12 +369,14 @@ class ActivityBranch(Pending[T]):
 
     def _apply(self, record: AsyncActivity) -> None:
         """Continue with an async attempt's resolution."""
+        self._began = self._began or record.created_at
         if record.status == AsyncStatus.COMPLETED:
+            self._history(AttemptOutcome.COMPLETED)
             self._write_row(StepStatus.COMPLETED, attempt=self._attempt, result=record.result)
             self._settle(value=decode(record.result))
             return
         error = record.error or {"type": "AsyncActivityFailed", "message": f"async activity {record.status}"}
-        self._failed(error, record.status == AsyncStatus.FAILED and self._attempt < self.definition.retry.max_attempts)
+        self._failed(error, record.status == AsyncStatus.FAILED and self.definition.retry.allows(self._attempt + 1))
 
     def _failed(self, error: dict, retryable: bool, cause: BaseException | None = None) -> None:
         ctx, definition, attempt = self._ctx, self.definition, self._attempt
@@ -344,12 +384,16 @@ class ActivityBranch(Pending[T]):
         wake_at, error = ctx._retry_at(definition, attempt, self._started, error, retryable, now)
         if wake_at is None:
             ctx._log_attempt_failed(definition, attempt, error, "giving up: ActivityError is raised in the workflow")
+            if self._began is not None:  # not for a lost attempt: its row is written
+                self._history(attempt_outcome(error), error)
             self._write_row(StepStatus.FAILED, attempt=attempt, error=error, failure_category=error_category(error))
             failure = ctx._activity_error(definition.name, error, attempt, self.seq)
             failure.__cause__ = cause
             self._settle(error=failure)
             return
         ctx._log_attempt_failed(definition, attempt, error, f"retrying at {wake_at.isoformat(timespec='seconds')}")
+        self._history(attempt_outcome(error), error, always=True)
+        self._began = None
         self._write_row(StepStatus.WAITING, attempt=attempt, error=error, finished=False)
         self._retry_timer = Timer(run_id=ctx.run_id, seq=self.seq, purpose=TimerPurpose.RETRY_BACKOFF, fire_at=wake_at)
         ctx._defer(journal.InsertTimer(self._retry_timer))
@@ -376,6 +420,8 @@ class ActivityBranch(Pending[T]):
         self._fire(self._close_timer)
         self._retry_timer = self._close_timer = None
         self._async_wait = False
+        if self._future is not None:
+            self._history(AttemptOutcome.CANCELLED, {"type": "BranchCancelled", "message": reason})
         self.abandon(reason)
         self._write_row(StepStatus.CANCELLED, attempt=self._attempt,
                         error={"type": "BranchCancelled", "message": reason},
