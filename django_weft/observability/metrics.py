@@ -10,7 +10,6 @@ whole deployment. With ``PROMETHEUS_MULTIPROC_DIR`` set (a web server with sever
 
 from __future__ import annotations
 
-import hmac
 import logging
 import os
 import threading
@@ -29,6 +28,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from .. import clock
 from ..conf import weft_settings
 from ..models import Schedule, ScheduleStatus, Timer, Workflow
+from .access import bearer_token, is_metrics_token
 
 logger = logging.getLogger("django_weft.metrics")
 
@@ -159,11 +159,8 @@ class _QuietHandler(WSGIRequestHandler):
 
 
 def _app(environ: dict, start_response: Callable[..., Any]) -> Iterable[bytes]:
-    token = weft_settings.METRICS_TOKEN
-    if token:  # as for weft/metrics/: with a token set, a scrape must send it
-        sent = str(environ.get("HTTP_AUTHORIZATION", ""))
-        given = sent.removeprefix("Bearer ").strip() if sent.startswith("Bearer ") else ""
-        if not hmac.compare_digest(given.encode(), str(token).encode()):
+    if weft_settings.METRICS_TOKEN:  # as for weft/metrics/: with a token set, a scrape must send it
+        if not is_metrics_token(bearer_token(str(environ.get("HTTP_AUTHORIZATION", "")))):
             body = b"Authorization: Bearer <WEFT_METRICS_TOKEN> needed\n"
             start_response("401 Unauthorized", [("Content-Type", "text/plain"), ("Content-Length", str(len(body))),
                                                 ("WWW-Authenticate", 'Bearer realm="django_weft metrics"')])
@@ -177,9 +174,10 @@ def _app(environ: dict, start_response: Callable[..., Any]) -> Iterable[bytes]:
     return [body]
 
 
-def serve(port: int, addr: str = "") -> WSGIServer:
-    """Serve :func:`render` at any path on a daemon thread (``weft_maintenance --metrics-port``); port 0
-    picks a free one (``server.server_port``). ``server.shutdown()`` stops it."""
+def serve(port: int, addr: str = "127.0.0.1") -> WSGIServer:
+    """Serve :func:`render` at any path on a daemon thread (``weft_maintenance --metrics-port``), on this
+    host only unless ``addr`` says otherwise; port 0 picks a free one (``server.server_port``).
+    ``server.shutdown()`` stops it."""
     server = make_server(addr, port, _app, handler_class=_QuietHandler)
     threading.Thread(target=server.serve_forever, name="weft-metrics", daemon=True).start()
     return server
