@@ -321,3 +321,17 @@ def test_the_metrics_server_listens_on_loopback_by_default():
         assert server.server_address[0] == "127.0.0.1"
     finally:
         server.shutdown()
+
+
+def test_a_client_that_connects_and_sends_nothing_does_not_hold_up_scrapes():
+    from django_weft.observability import metrics
+
+    server = metrics.serve(0)
+    silent = socket.create_connection(("127.0.0.1", server.server_port), timeout=5)
+    try:
+        # A one-request-at-a-time server would wait for the silent client's request line forever.
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.server_port}/metrics", timeout=10) as response:
+            assert response.status == 200 and b"weft_runnable_runs" in response.read()
+    finally:
+        silent.close()
+        server.shutdown()
