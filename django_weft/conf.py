@@ -74,6 +74,10 @@ DEFAULTS: dict[str, Any] = {
     # Celery: at most this many batch tasks per maintenance pass for runs that are due but were never
     # delivered (lost messages, crashed workers, long timers); each one claims WEFT_CLAIM_BATCH_SIZE runs.
     "CELERY_DISPATCH_LIMIT": 100,
+    # Celery: the longest a send of a django_weft task may wait for the broker (connect, publish, confirm), in
+    # seconds; one that fails or times out is left to the maintenance pass, and the process sends nothing for
+    # as long again. A web request that starts a run waits at most about this long for a broker that hangs.
+    "CELERY_SEND_TIMEOUT": 5.0,
     # Activity attempts of one run that execute at once (ctx.start_activity, ctx.gather, ctx.map); more wait
     # for a free slot.
     "MAX_PARALLEL_ACTIVITIES": 8,

@@ -7,7 +7,8 @@
   schedule is created, changed or resumed.
 
 Each task is safe to run twice or late: runs are claimed through the fenced claim, schedules through
-``SKIP LOCKED`` rows. Importing this module needs Celery; nothing else in django_weft does.
+``SKIP LOCKED`` rows. Importing this module (and .task_sends, how they are sent) needs Celery; nothing else
+in django_weft does.
 
 A worker process that runs ``drive`` or ``maintenance`` keeps a heartbeat row (models.Executor, refreshed at
 most every WEFT_HEARTBEAT_SECONDS), deleted when the process shuts down cleanly.
@@ -22,6 +23,7 @@ from celery.signals import worker_process_shutdown, worker_shutdown
 from django.db import close_old_connections, connections
 
 from . import clock, wakeups
+from .task_sends import publish
 
 
 def _recycle_connections() -> None:
@@ -74,4 +76,4 @@ def tick() -> int:
     return tick_when_due()
 
 
-wakeups.use_celery_tasks(drive=drive, tick=tick)
+wakeups.use_celery_tasks(drive=drive, tick=tick, publish=publish)

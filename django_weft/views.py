@@ -7,13 +7,12 @@ credential (signed, single-use), so the views are CSRF-exempt. Status codes: 200
 (``POST weft/api/complete`` and ``fail``) through :func:`resolve`, with its error format.
 
 ``metrics/`` (GET) answers Prometheus' text format: to anyone with ``WEFT_METRICS_PUBLIC = True``, else to a
-staff user or a request with ``Authorization: Bearer <WEFT_METRICS_TOKEN>`` (401 without credentials, 403
-with wrong ones); 501 when metrics are off or prometheus-client is not installed.
+staff user or a request with ``Authorization: Bearer <WEFT_METRICS_TOKEN>`` (the scheme in any case; 401
+without credentials, 403 with wrong ones); 501 when metrics are off or prometheus-client is not installed.
 """
 
 from __future__ import annotations
 
-import hmac
 import json
 from collections.abc import Callable
 from typing import Any
@@ -27,6 +26,7 @@ from .activities import complete_async_activity, fail_async_activity
 from .conf import weft_settings
 from .exceptions import InvalidArgument, InvalidTaskToken, PayloadNotSerializable, PayloadTooLarge, TaskTokenAlreadyUsed
 from .observability import events
+from .observability.access import bearer_token, is_metrics_token
 
 # What resolving an async activity can meet: (exception, HTTP status, the HTTP API's code), the first match wins.
 REFUSALS: tuple[tuple[type[Exception], int, str], ...] = (
@@ -109,11 +109,9 @@ def _may_read_metrics(request: HttpRequest) -> int | None:
     """None if the request may read the metrics, else the HTTP status that refuses it."""
     if weft_settings.METRICS_PUBLIC:
         return None
-    token = weft_settings.METRICS_TOKEN
-    sent = request.headers.get("Authorization", "")
-    if token and sent.startswith("Bearer "):
-        given = sent.removeprefix("Bearer ").strip()
-        return None if hmac.compare_digest(given.encode(), str(token).encode()) else 403
+    given = bearer_token(request.headers.get("Authorization", ""))
+    if weft_settings.METRICS_TOKEN and given is not None:
+        return None if is_metrics_token(given) else 403
     user = getattr(request, "user", None)
     if user is not None and user.is_authenticated:
         return None if user.is_active and user.is_staff else 403

@@ -13,7 +13,8 @@ lost hint left behind.
   after, 4,800-5,100 without). Only runs due within :data:`NOTIFY_HORIZON` are announced: a loop that wakes
   recomputes when the next run is due, so a later one is not missed either way.
 * ``WEFT_EXECUTOR = "celery"``: the task ``django_weft.drive`` for that run, sent after commit (with an ETA
-  when the run is due later, within ``WEFT_CELERY_ETA_HORIZON``).
+  when the run is due later, within ``WEFT_CELERY_ETA_HORIZON``), within ``WEFT_CELERY_SEND_TIMEOUT``
+  seconds (:mod:`django_weft.task_sends`).
 
 :func:`schedule_due` does the same for a schedule created, changed or resumed: maintenance loops hear it
 on :data:`SCHEDULE_CHANNEL` (their sleep may be longer than the way to its first occurrence, and a late
@@ -23,10 +24,12 @@ tick counts as missed); with Celery a ``django_weft.tick`` is sent for that inst
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.core.signals import setting_changed
 from django.db import connections, router, transaction
 
 from .conf import weft_settings
@@ -118,13 +121,15 @@ def _notify(alias: str, channel: str, payload: str = "") -> None:
         logger.exception("NOTIFY %s failed; idle loops find the change at their next poll", channel)
 
 
-# The Celery tasks, registered by django_weft.tasks when it is imported (the app's ready() imports it
-# where Celery is installed): the state writer announces wake-ups without importing the executor layer.
+# The Celery tasks and their sender, registered by django_weft.tasks when it is imported (the app's ready()
+# imports it where Celery is installed): the state writer announces wake-ups without importing the executor
+# layer, or Celery.
 _tasks: dict[str, Any] = {}
 
 
-def use_celery_tasks(*, drive: Any, tick: Any) -> None:
-    _tasks.update(drive=drive, tick=tick)
+def use_celery_tasks(*, drive: Any, tick: Any, publish: Callable[[Any, list, dict[str, Any]], None]) -> None:
+    """``publish(task, args, options)`` sends ``task``: django_weft.task_sends.publish, which bounds the send."""
+    _tasks.update(drive=drive, tick=tick, publish=publish)
 
 
 def _task(name: str) -> Any:
@@ -146,17 +151,49 @@ def send_tick(eta: datetime | None) -> bool:
     return _send("tick", [], eta, f"django_weft.tick for {eta}; the next maintenance pass ticks")
 
 
+# After a send failed, this process sends nothing for WEFT_CELERY_SEND_TIMEOUT seconds (time.monotonic()
+# until then): a transaction that woke many runs, or a maintenance pass, would otherwise wait as long for
+# each of its sends to a broker that does not answer. The maintenance pass delivers what was not sent.
+_paused_until = 0.0
+
+
 def _send(name: str, args: list, eta: datetime | None, what: str) -> bool:
-    """``task.apply_async`` on WEFT_CELERY_QUEUE. A broker error is logged, not raised: the change the task
-    announces has committed, and the maintenance pass delivers it; False then."""
+    """Send task ``name`` on WEFT_CELERY_QUEUE, within WEFT_CELERY_SEND_TIMEOUT seconds. A broker error or
+    timeout is logged, not raised: the change the task announces has committed, and the maintenance pass
+    delivers it; False then, and while sends pause after a failure."""
+    if time.monotonic() < _paused_until:
+        logger.debug("skipped %s (sends pause after a failed one)", what)
+        return False
+    try:
+        _task("publish")(_task(name), args, _message_options(eta))
+    except Exception:
+        logger.exception("could not send %s (sends from this process pause for %g s)", what, _pause_sends())
+        return False
+    return True
+
+
+def _message_options(eta: datetime | None) -> dict[str, Any]:
     options: dict[str, Any] = {"ignore_result": True}
     if eta is not None:
         options["eta"] = eta
     if weft_settings.CELERY_QUEUE:
         options["queue"] = weft_settings.CELERY_QUEUE
-    try:
-        _task(name).apply_async(args=args, **options)
-    except Exception:
-        logger.exception("could not send %s", what)
-        return False
-    return True
+    return options
+
+
+def _pause_sends() -> float:
+    """Pause sends for WEFT_CELERY_SEND_TIMEOUT seconds from now; returns that."""
+    global _paused_until
+    pause = float(weft_settings.CELERY_SEND_TIMEOUT)
+    _paused_until = time.monotonic() + pause
+    return pause
+
+
+def _resume_sends(*, setting: str, **kwargs: Any) -> None:
+    """A change of settings (override_settings in tests) starts without the pause of an earlier failure."""
+    global _paused_until
+    if setting.startswith("WEFT_"):
+        _paused_until = 0.0
+
+
+setting_changed.connect(_resume_sends, dispatch_uid="django_weft.wakeups.resume_sends")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -48,20 +49,26 @@ def eager(celery_executes):
         current_app.conf.task_always_eager = previous
 
 
+# How a task is sent (within WEFT_CELERY_SEND_TIMEOUT: tests/test_celery_sends.py), not what is sent.
+HOW_SENT = ("producer", "retry", "confirm_timeout")
+
+
 class Sent:
-    """Records ``apply_async`` calls of django_weft's tasks instead of sending them."""
+    """Records ``apply_async`` calls of django_weft's tasks (the message's options) instead of sending them."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, *, fail: bool = False) -> None:
         self.calls: list[tuple[str, list, dict]] = []
+        self.attempts = 0
         self.fail = fail
         for task in (tasks.drive, tasks.tick):
             monkeypatch.setattr(task, "apply_async", self._recorder(task.name))
 
     def _recorder(self, name: str) -> Any:
         def apply_async(args: Any = None, kwargs: Any = None, **options: Any) -> None:
+            self.attempts += 1
             if self.fail:
                 raise ConnectionError("broker unreachable")
-            self.calls.append((name, list(args or []), options))
+            self.calls.append((name, list(args or []), {k: v for k, v in options.items() if k not in HOW_SENT}))
         return apply_async
 
     def drives(self) -> list[tuple[str | None, Any]]:
@@ -151,6 +158,30 @@ def test_a_lost_delivery_is_logged_and_the_maintenance_pass_delivers_the_run(cel
     assert report["dispatched"] == 1
     assert handle.refresh().status == RunStatus.COMPLETED
     assert [executions("lost:0"), executions("lost:1")] == [1, 1]
+
+
+def test_after_a_failed_send_a_pass_sends_nothing_more_until_the_pause_ends(celery_executes, monkeypatch, caplog):
+    with override_settings(WEFT_CLAIM_BATCH_SIZE=1, WEFT_CELERY_SEND_TIMEOUT=0.2):
+        Sent(monkeypatch)  # the starts' own sends are made, and lost
+        handles = [weft.start("test.steps", {"key": f"paused{i}", "count": 1}) for i in range(3)]
+        later = handles[-1].refresh().created_at + timedelta(seconds=10)
+        failing = Sent(monkeypatch, fail=True)
+        with caplog.at_level(logging.ERROR, logger="django_weft.wakeups"), WeftTestEnv(later, send_celery_tasks=True):
+            report = tasks.maintenance(every=5)
+        # One batch task per run is due; against a broker that hangs each send would wait the send timeout.
+        assert (failing.attempts, report["dispatched"]) == (1, 0)
+        assert caplog.text.count("could not send") == 1
+
+        monkeypatch.undo()
+        time.sleep(0.3)  # the pause (WEFT_CELERY_SEND_TIMEOUT) after the failed send ends
+        current_app.conf.task_always_eager = True
+        try:
+            with WeftTestEnv(later, send_celery_tasks=True):
+                report = tasks.maintenance(every=5)
+        finally:
+            current_app.conf.task_always_eager = False
+    assert report["dispatched"] == 3
+    assert {h.refresh().status for h in handles} == {RunStatus.COMPLETED}
 
 
 def test_a_timer_beyond_the_eta_horizon_is_sent_ahead_by_the_maintenance_pass(sent):

@@ -3,7 +3,9 @@ the metrics/ view's access rules, and weft_maintenance --metrics-port."""
 
 from __future__ import annotations
 
+import ipaddress
 import re
+import socket
 import urllib.error
 import urllib.request
 from datetime import timedelta
@@ -167,6 +169,15 @@ def test_the_view_needs_a_staff_user_or_the_token_unless_public(client):
         assert client.post(URL).status_code == 405
 
 
+def test_the_view_takes_the_bearer_scheme_in_any_case(client):
+    with override_settings(WEFT_METRICS_TOKEN="s3cret"):  # RFC 7235: auth schemes are case-insensitive
+        for scheme in ("bearer", "BEARER", "bEaReR"):
+            assert client.get(URL, HTTP_AUTHORIZATION=f"{scheme} s3cret").status_code == 200, scheme
+            assert client.get(URL, HTTP_AUTHORIZATION=f"{scheme} wrong").status_code == 403, scheme
+        assert client.get(URL, HTTP_AUTHORIZATION="Basic s3cret").status_code == 401
+        assert client.get(URL, HTTP_AUTHORIZATION="Bearers3cret").status_code == 401
+
+
 def test_with_metrics_off_the_view_answers_501_and_the_port_is_refused(client, metrics_off):
     with override_settings(WEFT_METRICS_PUBLIC=True):
         response = client.get(URL)
@@ -216,9 +227,10 @@ def test_the_metrics_port_asks_for_the_token_when_one_is_set(settings):
             with pytest.raises(urllib.error.HTTPError) as refused:
                 urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=10)
             assert refused.value.code == 401
-        request = urllib.request.Request(url, headers={"Authorization": "Bearer s3cret"})
-        with urllib.request.urlopen(request, timeout=10) as response:
-            assert response.status == 200 and b"weft_runnable_runs" in response.read()
+        for scheme in ("Bearer", "bearer", "BEARER"):  # RFC 7235: the scheme in any case
+            request = urllib.request.Request(url, headers={"Authorization": f"{scheme} s3cret"})
+            with urllib.request.urlopen(request, timeout=10) as response:
+                assert response.status == 200 and b"weft_runnable_runs" in response.read()
         settings.WEFT_METRICS_TOKEN = None
         with urllib.request.urlopen(url, timeout=10) as response:  # no token set: open, as exporters are
             assert response.status == 200
@@ -253,3 +265,73 @@ def test_an_attempt_that_hands_out_its_token_is_timed_as_async(client, weft_env)
     assert value(after, "weft_activity_attempt_duration_seconds_count", activity="tests.testapp.workflows.ask_human",
                  outcome="async") - value(before, "weft_activity_attempt_duration_seconds_count",
                                           activity="tests.testapp.workflows.ask_human", outcome="async") == 1
+
+
+def this_hosts_address() -> str | None:
+    """An address of this host other than loopback (connecting a UDP socket sends nothing), or None."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))
+        except OSError:
+            return None
+        address = probe.getsockname()[0]
+    return None if ipaddress.ip_address(address).is_loopback else address
+
+
+def answers(host: str, port: int) -> bool:
+    try:
+        socket.create_connection((host, port), timeout=5).close()
+    except OSError:
+        return False
+    return True
+
+
+@pytest.fixture
+def outside_address() -> str:
+    address = this_hosts_address()
+    if address is None:
+        pytest.skip("needs a network interface other than loopback")
+    return address
+
+
+def test_the_metrics_port_listens_on_this_host_only_unless_told(maintenance, outside_address):
+    served = re.compile(r"metrics at http://([^:]*):(\d+)/metrics")
+    local = maintenance("local", "--no-execute", "--metrics-port", "0")
+    wait_until(lambda: served.search(local.stdout()), "the metrics address in the output", 30, procs=[local])
+    host, port = served.search(local.stdout()).groups()
+    assert host == "127.0.0.1"
+    assert answers("127.0.0.1", int(port))
+    assert not answers(outside_address, int(port)), "the metrics port answers from outside this host"
+    assert "WEFT_METRICS_TOKEN" not in local.stderr()
+
+    everywhere = maintenance("everywhere", "--no-execute", "--metrics-port", "0", "--metrics-addr", "0.0.0.0")
+    wait_until(lambda: served.search(everywhere.stdout()), "the metrics address in the output", 30,
+               procs=[everywhere])
+    assert answers(outside_address, int(served.search(everywhere.stdout()).group(2)))
+    # Open to the network without a token: said at start.
+    wait_until(lambda: "set WEFT_METRICS_TOKEN" in everywhere.stderr(), "the warning about an open port", 30,
+               procs=[everywhere])
+
+
+def test_the_metrics_server_listens_on_loopback_by_default():
+    from django_weft.observability import metrics
+
+    server = metrics.serve(0)
+    try:
+        assert server.server_address[0] == "127.0.0.1"
+    finally:
+        server.shutdown()
+
+
+def test_a_client_that_connects_and_sends_nothing_does_not_hold_up_scrapes():
+    from django_weft.observability import metrics
+
+    server = metrics.serve(0)
+    silent = socket.create_connection(("127.0.0.1", server.server_port), timeout=5)
+    try:
+        # A one-request-at-a-time server would wait for the silent client's request line forever.
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.server_port}/metrics", timeout=10) as response:
+            assert response.status == 200 and b"weft_runnable_runs" in response.read()
+    finally:
+        silent.close()
+        server.shutdown()

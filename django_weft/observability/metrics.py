@@ -10,13 +10,13 @@ whole deployment. With ``PROMETHEUS_MULTIPROC_DIR`` set (a web server with sever
 
 from __future__ import annotations
 
-import hmac
 import logging
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from functools import lru_cache
+from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
@@ -29,6 +29,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from .. import clock
 from ..conf import weft_settings
 from ..models import Schedule, ScheduleStatus, Timer, Workflow
+from .access import bearer_token, is_metrics_token
 
 logger = logging.getLogger("django_weft.metrics")
 
@@ -153,17 +154,31 @@ def render(*, close_connections: bool = False) -> bytes:
             connections.close_all()
 
 
+# A scraper sends its request at once; a connection silent for this long is dropped (socketserver's timeout).
+CLIENT_TIMEOUT = 10.0
+
+
 class _QuietHandler(WSGIRequestHandler):
+    timeout = CLIENT_TIMEOUT
+
     def log_message(self, format: str, *args: Any) -> None:  # one line per scrape would flood the log
         pass
 
 
+class _Server(ThreadingMixIn, WSGIServer):
+    """One thread per connection: a client that connects and sends nothing holds up only its own thread,
+    until CLIENT_TIMEOUT, not every scrape after it."""
+
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # socketserver prints a traceback to stderr for a client that timed out or went away.
+        logger.debug("metrics request from %s failed", client_address, exc_info=True)
+
+
 def _app(environ: dict, start_response: Callable[..., Any]) -> Iterable[bytes]:
-    token = weft_settings.METRICS_TOKEN
-    if token:  # as for weft/metrics/: with a token set, a scrape must send it
-        sent = str(environ.get("HTTP_AUTHORIZATION", ""))
-        given = sent.removeprefix("Bearer ").strip() if sent.startswith("Bearer ") else ""
-        if not hmac.compare_digest(given.encode(), str(token).encode()):
+    if weft_settings.METRICS_TOKEN:  # as for weft/metrics/: with a token set, a scrape must send it
+        if not is_metrics_token(bearer_token(str(environ.get("HTTP_AUTHORIZATION", "")))):
             body = b"Authorization: Bearer <WEFT_METRICS_TOKEN> needed\n"
             start_response("401 Unauthorized", [("Content-Type", "text/plain"), ("Content-Length", str(len(body))),
                                                 ("WWW-Authenticate", 'Bearer realm="django_weft metrics"')])
@@ -177,9 +192,10 @@ def _app(environ: dict, start_response: Callable[..., Any]) -> Iterable[bytes]:
     return [body]
 
 
-def serve(port: int, addr: str = "") -> WSGIServer:
-    """Serve :func:`render` at any path on a daemon thread (``weft_maintenance --metrics-port``); port 0
-    picks a free one (``server.server_port``). ``server.shutdown()`` stops it."""
-    server = make_server(addr, port, _app, handler_class=_QuietHandler)
+def serve(port: int, addr: str = "127.0.0.1") -> WSGIServer:
+    """Serve :func:`render` at any path from daemon threads (``weft_maintenance --metrics-port``), on this
+    host only unless ``addr`` says otherwise; port 0 picks a free one (``server.server_port``).
+    ``server.shutdown()`` stops it."""
+    server = make_server(addr, port, _app, server_class=_Server, handler_class=_QuietHandler)
     threading.Thread(target=server.serve_forever, name="weft-metrics", daemon=True).start()
     return server

@@ -15,6 +15,7 @@ from django_weft.conf import weft_settings
 from django_weft.exceptions import ConfigurationError
 from django_weft.maintenance import maintenance_pass, run_maintenance
 from django_weft.observability import events
+from django_weft.observability.access import is_loopback
 from django_weft.runtime.worker import Worker
 from django_weft.schedules import sync_schedules
 
@@ -42,11 +43,12 @@ class Command(BaseCommand):
         parser.add_argument("--metrics-port", type=int, default=None,
                             help="Serve Prometheus metrics over HTTP on this port (0: any free port, printed) "
                                  "while the loop runs; needs the 'metrics' extra (prometheus-client).")
-        parser.add_argument("--metrics-addr", default="0.0.0.0",
-                            help="With --metrics-port: the address to listen on (default 0.0.0.0).")
+        parser.add_argument("--metrics-addr", default="127.0.0.1",
+                            help="With --metrics-port: the address to listen on (default 127.0.0.1, this host "
+                                 "only; 0.0.0.0: every interface, then set WEFT_METRICS_TOKEN).")
 
     def handle(self, *args: Any, once: bool, workers: int, interval: float | None, no_execute: bool,
-               install_beat: bool, every: int, metrics_port: int | None = None, metrics_addr: str = "0.0.0.0",
+               install_beat: bool, every: int, metrics_port: int | None = None, metrics_addr: str = "127.0.0.1",
                **options: Any) -> None:
         if install_beat:
             self.handle_install_beat(every)
@@ -102,6 +104,9 @@ class Command(BaseCommand):
             raise CommandError(f"--metrics-port {port}: cannot listen on {addr or '*'}:{port}: {exc}") from exc
         self.stdout.write(f"weft_maintenance: metrics at http://{addr}:{server.server_port}/metrics")
         self.stdout.flush()
+        if not weft_settings.METRICS_TOKEN and not is_loopback(addr):
+            self.stderr.write(f"weft_maintenance: the metrics on {addr or '*'}:{server.server_port} answer anyone "
+                              "who can reach them; set WEFT_METRICS_TOKEN or restrict access to the port")
         return server
 
     def handle_install_beat(self, every: int) -> None:
