@@ -19,6 +19,8 @@ from .exceptions import (
 from .models import (
     AsyncActivity,
     AsyncStatus,
+    AttemptOutcome,
+    StepAttempt,
     StepKind,
     StepStatus,
     Workflow,
@@ -73,18 +75,24 @@ def resolve_async(token: TaskToken, now: datetime, *, status: str, result: bytes
 
 
 def _check_attempt_in_flight(run: Workflow, seq: int, attempt: int) -> None:
-    """Refuse a token whose attempt has no record unless that attempt may be running right now: the
-    journal's step ``seq`` is not recorded yet (first attempt) or waits out the previous attempt."""
+    """Refuse a token whose attempt has no record unless that attempt may be running right now: the one
+    after the step's last recorded attempt (none yet: the first; a step waiting out a retry backoff or an
+    attempt lost with its executor: the next). A lost attempt's token is used up."""
     step = WorkflowStep.objects.filter(run=run, seq=seq).only("kind", "status", "attempt").first()
+    history = dict(StepAttempt.objects.filter(run=run, seq=seq).values_list("attempt", "outcome"))
+    if history.get(attempt) == AttemptOutcome.LOST:
+        raise TaskTokenAlreadyUsed(
+            f"attempt {attempt} of step {seq} of run {run.pk} was lost with its executor and the step went on "
+            "with the next attempt; its task token resolves nothing")
     if run.status not in (S.RUNNING, S.SUSPENDED):
         # Pending or parked: no attempt body can be running. (A suspended run's executor may still be in
         # the body it lost the run in; the attempt runs again after resume, with the same token.)
         in_flight = False
     elif step is None:
-        in_flight = attempt == 1
+        in_flight = attempt == max(history, default=0) + 1
     else:
         in_flight = (step.kind == StepKind.ACTIVITY and step.status == StepStatus.WAITING
-                     and step.attempt == attempt - 1)
+                     and attempt == max(step.attempt, *history) + 1)
     if not in_flight:
         finished = step is not None and step.status in (StepStatus.COMPLETED, StepStatus.FAILED)
         raise InvalidTaskToken(

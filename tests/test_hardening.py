@@ -47,6 +47,21 @@ def test_a_completion_sent_while_no_executor_holds_the_run_is_applied(weft_env):
     assert (record.status, record.activity) == ("completed", "tests.testapp.hardening_workflows.hand_out_then_crash")
 
 
+def test_after_a_takeover_the_lost_attempts_token_is_used_up_and_the_next_attempts_token_works(weft_env):
+    handle = weft.start("hardening.async_crash", ["relost", "raise"])
+    drive_until_crash(weft_env)  # attempt 1 handed its token out; its executor "died" before the park
+    first_token = handed_out["relost"]
+    weft_env.advance(LEASE)  # taken over: attempt 1 counts as lost, attempt 2 hands out its own token and parks
+    second_token = handed_out["relost"]
+    assert second_token != first_token
+    assert handle.refresh().status == "waiting"
+    with pytest.raises(weft.TaskTokenAlreadyUsed, match="was lost with its executor"):
+        weft.complete_async_activity(first_token, "too late")
+    weft.complete_async_activity(second_token, "from attempt 2")
+    weft_env.drive()
+    assert handle.result(timeout=0) == "from attempt 2"
+
+
 def test_a_failure_sent_while_no_executor_holds_the_run_goes_to_the_retry_policy(weft_env):
     handle = weft.start("hardening.async_crash", ["lostfail", "raise"])
     drive_until_crash(weft_env)
