@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
 # exception class -> (HTTP status, code), most specific first: the first that matches wins.
 WEFT_ERRORS: tuple[tuple[type[Exception], int, str], ...] = (
+    (weft.PayloadTooDeep, 422, "payload_too_deep"),
     (weft.PayloadTooLarge, 413, "payload_too_large"),
     (weft.PayloadNotSerializable, 422, "payload_not_serializable"),
     (weft.WorkflowNotRegistered, 422, "unknown_workflow"),
@@ -88,6 +89,8 @@ def install(api: NinjaAPI) -> None:
         return error_response(api, request, mapped[0], mapped[1], str(exc))
 
     def on_http_error(request: HttpRequest, exc: Any) -> HttpResponse:
+        if isinstance(exc.__cause__, weft.WeftError):  # ninja wraps what the body parser raised
+            return on_weft_error(request, exc.__cause__)
         status = exc.status_code
         if isinstance(exc, AuthenticationError):
             return error_response(api, request, 401, "unauthenticated",

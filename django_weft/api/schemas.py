@@ -15,7 +15,7 @@ from typing import Any, Literal
 from ninja import Schema
 from pydantic import Field, model_validator
 
-from ..codec import decode
+from ..codec import CONTAINERS, MAX_DEPTH, decode
 from ..models import Workflow
 
 ID = Field(min_length=1, max_length=255)
@@ -140,18 +140,24 @@ class ChangedOut(Schema):
     changed: bool = Field(description="False when the run had already ended.")
 
 
-def as_json(value: Any) -> Any:
+# What stands for a part of a value nested deeper than MAX_DEPTH (stored before the limit was enforced).
+TOO_DEEP = f"(nested deeper than {MAX_DEPTH} levels: not shown)"
+
+
+def as_json(value: Any, depth: int = 0) -> Any:
     """``value`` with the Python types msgpack payloads may hold and JSON lacks made JSON: tuples and sets as
     lists, bytes as base64, dates and times as ISO 8601, timedeltas as seconds, decimals, UUIDs, inf and nan as
-    strings."""
+    strings; a container more than MAX_DEPTH levels down as :data:`TOO_DEEP`, so that any value renders."""
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)  # JSON has no inf or nan (Python's parser accepts them, so a client may send them)
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
+    if isinstance(value, CONTAINERS) and depth >= MAX_DEPTH:
+        return TOO_DEEP
     if isinstance(value, dict):
-        return {str(key): as_json(item) for key, item in value.items()}
+        return {str(key): as_json(item, depth + 1) for key, item in value.items()}
     if isinstance(value, (list, tuple, set, frozenset)):
-        return [as_json(item) for item in value]
+        return [as_json(item, depth + 1) for item in value]
     if isinstance(value, (bytes, bytearray, memoryview)):
         return base64.b64encode(bytes(value)).decode()
     if isinstance(value, (dt.datetime, dt.date, dt.time)):

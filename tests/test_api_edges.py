@@ -1,0 +1,114 @@
+"""The HTTP API refuses what it cannot honour (design 9.1): payloads nested deeper than the one limit
+(django_weft.codec.MAX_DEPTH) are 422 at every entrance and whatever is stored renders; unknown body fields are
+422; every id that can be created can be addressed (slashes and route words included, percent-encoded) and a
+missing one is a JSON 404; a missing, wrong or revoked key is 401 on every method."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+import django_weft as weft
+from django_weft.api.schemas import TOO_DEEP
+from django_weft.codec import MAX_DEPTH
+from django_weft.models import AsyncActivity, BulkOperation, Schedule, Signal, Workflow, WorkflowUpdate
+from tests.api_helpers import EVERY_PERMISSION, Api, error_of
+
+pytestmark = pytest.mark.django_db
+
+SCHEDULES = ("view_schedule", "add_schedule", "change_schedule")
+
+
+@pytest.fixture
+def api(key_with) -> Api:
+    """A key holding every permission the API asks for, schedules' too."""
+    return key_with(*EVERY_PERMISSION, *SCHEDULES)
+
+
+def deep_json(depth: int) -> str:
+    """JSON text of a list nested ``depth`` deep (Python's encoder cannot write the deepest)."""
+    return "[" * depth + '"leaf"' + "]" * depth
+
+
+def nested(depth: int) -> Any:
+    value: Any = "x"
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+# --- nesting --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def targets(weft_env) -> str:
+    """Open runs to signal, update and complete, and a schedule to change; the async activity's token."""
+    weft.start("test.approval", "k", workflow_id="open")
+    weft.start("updates.cart", "u", workflow_id="cart")
+    waiting = weft.start("test.async", "a", workflow_id="async")
+    weft.create_schedule("nightly", "test.approval", "k", every=60)
+    weft_env.drive()
+    return AsyncActivity.objects.get(run_id=waiting.run_id).token
+
+
+# (method, path, body with DEEP where the deep value goes): every route that takes a payload.
+PAYLOAD_ROUTES = [
+    ("post", "runs", '{"workflow": "test.approval", "input": DEEP}'),
+    ("post", "runs/start_or_signal", '{"workflow": "test.collect", "input": 1, "signal": "item", "payload": DEEP, '
+                                     '"idempotency_key": "k"}'),
+    ("post", "runs/start_or_signal", '{"workflow": "test.collect", "input": DEEP, "signal": "item", '
+                                     '"idempotency_key": "k"}'),
+    ("post", "runs/open/signals/approval", '{"payload": DEEP}'),
+    ("post", "runs/cart/updates/add_item", '{"payload": DEEP, "timeout": 0}'),
+    ("post", "runs/cart/queries/items", '{"args": [DEEP]}'),
+    ("post", "complete", '{"token": TOKEN, "result": DEEP}'),
+    ("post", "schedules", '{"schedule_id": "other", "workflow": "test.approval", "input": DEEP, "every": 60}'),
+    ("patch", "schedules/nightly", '{"input": DEEP}'),
+    ("post", "bulk/signal", '{"signal": "approval", "payload": DEEP, "dry_run": true}'),
+]
+
+
+def state() -> tuple:
+    return (sorted(Workflow.objects.values_list("workflow_id", "status")), Signal.objects.count(),
+            WorkflowUpdate.objects.count(), sorted(AsyncActivity.objects.values_list("status", flat=True)),
+            sorted(Schedule.objects.values_list("schedule_id", "input")), BulkOperation.objects.count())
+
+
+@pytest.mark.parametrize("depth", [MAX_DEPTH + 1, 600, 999, 5000])
+@pytest.mark.parametrize(("method", "path", "body"), PAYLOAD_ROUTES)
+def test_a_payload_nested_deeper_than_the_limit_is_422_at_every_entrance(api, targets, method, path, body, depth):
+    before = state()
+    raw = body.replace("DEEP", deep_json(depth)).replace("TOKEN", json.dumps(targets))
+    response = getattr(api.client, method)("/weft/api/" + path, raw, content_type="application/json",
+                                           headers=api.headers)
+    assert error_of(response) == (422, "payload_too_deep")
+    assert f"{MAX_DEPTH} levels" in response.json()["error"]
+    assert state() == before
+
+
+def test_a_payload_at_the_limit_is_stored_and_renders(api, weft_env):
+    assert api.post("runs", {"workflow": "test.approval", "input": "k", "workflow_id": "w"}).status_code == 201
+    weft_env.drive()
+    assert api.post("runs/w/signals/approval", {"payload": nested(MAX_DEPTH)}).status_code == 202
+    weft_env.drive()
+    assert api.get("runs/w").json()["result"] == nested(MAX_DEPTH)
+
+
+def test_what_was_stored_deeper_before_the_limit_renders_cut_at_it(api, weft_env):
+    handle = weft.start("test.steps", {"key": "d", "count": 1}, workflow_id="legacy")
+    schedule = weft.create_schedule("legacy", "test.approval", "k", every=60)
+    weft_env.drive()
+    stored = b"\x91" * 600 + b"\xa1x"  # ["x"] nested 600 deep, as msgpack
+    Workflow.objects.filter(pk=handle.run_id).update(result=stored)
+    Schedule.objects.filter(pk=schedule.pk).update(input=stored)
+    cut: Any = TOO_DEEP
+    for _ in range(MAX_DEPTH):
+        cut = [cut]
+    for response in (api.get("runs/legacy"), api.get("runs/legacy/result", {"timeout": 0})):
+        assert response.status_code == 200 and response.json()["result"] == cut
+    listed = api.get("runs")
+    assert listed.status_code == 200 and listed.json()["results"][0]["result"] == cut
+    assert api.get("schedules/legacy").json()["input"] == cut
+    assert api.get("schedules").json()["results"][0]["input"] == cut
