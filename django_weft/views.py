@@ -92,6 +92,9 @@ def _handle(request: HttpRequest, field: str) -> JsonResponse:
         return _error(422, f"the JSON body is nested too deeply to read; payloads nest at most {MAX_DEPTH} levels")
     if not isinstance(data, dict) or not isinstance(data.get("token"), str):
         return _error(400, 'the body must be a JSON object with a "token" string')
+    unknown = sorted(set(data) - {"token", field})
+    if unknown:  # a misspelt "result" would complete the activity with null
+        return _error(400, f'unknown field {unknown[0]!r}: the body holds "token" and "{field}"')
     if field == "error" and "error" not in data:
         return _error(400, 'the body needs an "error" (a message or {"message": ..., "type": ...})')
     try:

@@ -112,3 +112,55 @@ def test_what_was_stored_deeper_before_the_limit_renders_cut_at_it(api, weft_env
     assert listed.status_code == 200 and listed.json()["results"][0]["result"] == cut
     assert api.get("schedules/legacy").json()["input"] == cut
     assert api.get("schedules").json()["results"][0]["input"] == cut
+
+
+# --- unknown body fields --------------------------------------------------------------------------------
+
+
+def test_a_misspelt_idempotency_key_is_refused_not_a_new_run_each_time(api):
+    for _ in range(3):
+        refused = api.post("runs", {"workflow": "test.approval", "idempotencyKey": "order-7"})
+        assert error_of(refused) == (422, "invalid_request")
+        assert refused.json()["error"] == "idempotencyKey: unknown field"
+    assert not Workflow.objects.exists()
+
+
+# (method, path, a body holding one field the document does not name, that field): every route that takes a body.
+UNKNOWN_FIELDS = [
+    ("post", "runs", {"workflow": "test.approval", "workflowId": "w-2"}, "workflowId"),
+    ("post", "runs", {"workflow": "test.approval", "start_afer": 60}, "start_afer"),
+    ("post", "runs/start_or_signal", {"workflow": "test.collect", "input": 1, "signal": "item", "workflow_id": "sos",
+                                      "signalId": "s1"}, "signalId"),
+    ("post", "runs/open/signals/approval", {"payload": 1, "signalId": "s1"}, "signalId"),
+    ("post", "runs/open/cancel", {"reson": "typo"}, "reson"),
+    ("post", "runs/open/terminate", {"reason": "r", "force": True}, "force"),
+    ("post", "runs/open/fork", {"from_step": 1, "fromStep": 1}, "fromStep"),
+    ("post", "runs/cart/updates/add_item", {"payload": "A1", "updateId": "u1", "timeout": 0}, "updateId"),
+    ("post", "runs/cart/queries/items", {"args": [], "kwargs": {}}, "kwargs"),
+    ("post", "complete", {"token": "TOKEN", "result": 1, "reslt": 1}, "reslt"),
+    ("post", "fail", {"token": "TOKEN", "error": "no", "retry": False}, "retry"),
+    ("post", "bulk/cancel", {"dry_run": True, "dryrun": False}, "dryrun"),
+    ("post", "schedules", {"schedule_id": "other", "workflow": "test.approval", "every": 60, "scheduleId": "x"},
+     "scheduleId"),
+    ("patch", "schedules/nightly", {"cronn": "0 * * * *"}, "cronn"),
+    ("post", "schedules/nightly/pause", {"notes": "typo"}, "notes"),
+    ("post", "schedules/nightly/backfill", {"start": "2030-01-01T00:00:00Z", "end": "2030-01-02T00:00:00Z",
+                                            "dry_run": True}, "dry_run"),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "body", "unknown"), UNKNOWN_FIELDS)
+def test_every_body_refuses_a_field_the_document_does_not_name(api, targets, method, path, body, unknown):
+    before = state()
+    refused = api.call(method, path, {name: targets if value == "TOKEN" else value for name, value in body.items()})
+    assert error_of(refused) == (422, "invalid_request")
+    assert refused.json()["error"] == f"{unknown}: unknown field"
+    assert state() == before
+
+
+@pytest.mark.parametrize(("view", "field"), [("complete", "result"), ("fail", "error")])
+def test_the_webhooks_refuse_a_field_they_do_not_take(client, targets, view, field):
+    body = {"token": targets, field: "x", "reslt" if view == "complete" else "retry": 1}
+    response = client.post(f"/weft/{view}/", json.dumps(body), content_type="application/json")
+    assert response.status_code == 400 and "unknown field" in response.json()["error"]
+    assert AsyncActivity.objects.get(token=targets).status == "pending"

@@ -74,7 +74,8 @@ def _validation_message(exc: ValidationError) -> str:
     parts = []
     for error in exc.errors[:5]:
         where = ".".join(str(part) for part in error.get("loc", ()) if part not in ("body", "payload"))
-        parts.append(f"{where}: {error.get('msg', 'invalid')}" if where else str(error.get("msg", "invalid")))
+        what = "unknown field" if error.get("type") == "extra_forbidden" else error.get("msg", "invalid")
+        parts.append(f"{where}: {what}" if where else str(what))
     return "; ".join(parts) or "invalid request"
 
 

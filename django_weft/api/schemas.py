@@ -13,7 +13,7 @@ from decimal import Decimal
 from typing import Any, Literal
 
 from ninja import Schema
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from ..codec import CONTAINERS, MAX_DEPTH, decode
 from ..models import Workflow
@@ -27,8 +27,11 @@ class ErrorOut(Schema):
 
 
 class Body(Schema):
-    """A request body: a JSON object. (ninja's Schema reads the attributes of whatever it is given, so a list
-    would pass as an object of all defaults.)"""
+    """A request body: a JSON object of the fields the document names. (ninja's Schema reads the attributes of
+    whatever it is given, so a list would pass as an object of all defaults; and a misspelt field, ignored, would
+    look applied: ``idempotencyKey`` started a new run at each repeat.)"""
+
+    model_config = ConfigDict(extra="forbid")
 
     @model_validator(mode="before")
     @classmethod
