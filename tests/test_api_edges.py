@@ -9,12 +9,13 @@ import json
 from typing import Any
 
 import pytest
+from django.test import Client
 
 import django_weft as weft
 from django_weft.api.schemas import TOO_DEEP
 from django_weft.codec import MAX_DEPTH
 from django_weft.models import AsyncActivity, BulkOperation, Schedule, Signal, Workflow, WorkflowUpdate
-from tests.api_helpers import EVERY_PERMISSION, Api, error_of
+from tests.api_helpers import EVERY_PERMISSION, Api, error_of, make_key
 
 pytestmark = pytest.mark.django_db
 
@@ -164,3 +165,76 @@ def test_the_webhooks_refuse_a_field_they_do_not_take(client, targets, view, fie
     response = client.post(f"/weft/{view}/", json.dumps(body), content_type="application/json")
     assert response.status_code == 400 and "unknown field" in response.json()["error"]
     assert AsyncActivity.objects.get(token=targets).status == "pending"
+
+
+# --- who calls ------------------------------------------------------------------------------------------
+
+# (method, path, body): every route that asks for credentials, each method.
+AUTHENTICATED_ROUTES = [
+    ("post", "runs", {"workflow": "test.approval"}),
+    ("get", "runs", None),
+    ("get", "runs/count", None),
+    ("post", "runs/start_or_signal", {"workflow": "test.collect", "signal": "s", "idempotency_key": "k"}),
+    ("get", "runs/open", None),
+    ("get", "runs/open/result", {"timeout": 0}),
+    ("post", "runs/open/signals/approval", None),
+    ("post", "runs/open/cancel", None),
+    ("post", "runs/open/terminate", None),
+    ("post", "runs/open/fork", {"from_step": 1}),
+    ("post", "runs/cart/queries/items", None),
+    ("post", "runs/cart/updates/add_item", {"payload": "A1", "timeout": 0}),
+    ("get", "runs/cart/updates/add_item/u1", {"timeout": 0}),
+    ("post", "bulk/cancel", {"dry_run": True}),
+    ("post", "schedules", {"schedule_id": "s", "workflow": "test.approval", "every": 60}),
+    ("get", "schedules", None),
+    ("get", "schedules/nightly", None),
+    ("patch", "schedules/nightly", {"every": 120}),
+    ("post", "schedules/nightly/pause", None),
+    ("post", "schedules/nightly/resume", None),
+    ("post", "schedules/nightly/trigger", None),
+    ("post", "schedules/nightly/backfill", {"start": "2030-01-01T00:00:00Z", "end": "2030-01-02T00:00:00Z"}),
+    ("post", "schedules/nightly/cancel", None),
+]
+
+
+@pytest.fixture
+def revoked_key(db) -> str:
+    from django_weft import api_keys
+
+    _record, key = api_keys.create("gone", [f"django_weft.{codename}" for codename in (*EVERY_PERMISSION,
+                                                                                      *SCHEDULES)])
+    api_keys.revoke("gone")
+    return key
+
+
+def send(client: Client, method: str, path: str, body: Any, headers: dict[str, str]) -> Any:
+    if method == "get":
+        return client.get("/weft/api/" + path, body or {}, headers=headers)
+    data = "" if body is None else json.dumps(body)
+    return getattr(client, method)("/weft/api/" + path, data, content_type="application/json", headers=headers)
+
+
+@pytest.mark.parametrize(("method", "path", "body"), AUTHENTICATED_ROUTES)
+def test_a_missing_wrong_or_revoked_key_is_401_on_every_method(targets, revoked_key, method, path, body):
+    """As a real server calls the API: with Django's CSRF check on (no session: nothing for it to protect)."""
+    before = state()
+    strict = Client(enforce_csrf_checks=True)
+    for authorization in (None, "Bearer weft_000000000000_forged", f"Bearer {revoked_key}", "Bearer"):
+        refused = send(strict, method, path, body, {"Authorization": authorization} if authorization else {})
+        assert error_of(refused) == (401, "unauthenticated"), (authorization, refused.content)
+        assert refused["WWW-Authenticate"] == 'Bearer realm="django_weft"'
+    assert state() == before
+
+
+@pytest.mark.parametrize("header", ["bearer {key}", "BEARER {key}", "Bearer   {key}", "  Bearer {key}  "])
+def test_the_bearer_scheme_is_case_insensitive(client, header):
+    key = make_key("add_workflow", "view_workflow")
+    response = client.post("/weft/api/runs", json.dumps({"workflow": "test.approval"}),
+                           content_type="application/json", headers={"Authorization": header.format(key=key)})
+    assert response.status_code == 201
+
+
+def test_a_wrong_key_is_401_even_beside_a_session(staff_client):
+    response = staff_client.get("/weft/api/runs", headers={"Authorization": "Bearer weft_000000000000_forged"})
+    assert error_of(response) == (401, "unauthenticated") and "unknown or revoked" in response.json()["error"]
+    assert staff_client.get("/weft/api/runs").status_code == 200  # the session alone still does

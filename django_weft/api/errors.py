@@ -94,8 +94,10 @@ def install(api: NinjaAPI) -> None:
             return on_weft_error(request, exc.__cause__)
         status = exc.status_code
         if isinstance(exc, AuthenticationError):
-            return error_response(api, request, 401, "unauthenticated",
-                                  "authentication required: Authorization: Bearer <API key>, or a session")
+            response = error_response(api, request, 401, "unauthenticated", str(exc) if exc.message != "Unauthorized"
+                                      else "authentication required: Authorization: Bearer <API key>, or a session")
+            response["WWW-Authenticate"] = 'Bearer realm="django_weft"'  # RFC 7235: a 401 names its scheme
+            return response
         if isinstance(exc, AuthorizationError):
             return error_response(api, request, 403, "forbidden", str(exc) or "forbidden")
         code = getattr(exc, "code", None) or STATUS_CODES.get(status, "error")
