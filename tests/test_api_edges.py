@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 from django.test import Client
@@ -238,3 +239,114 @@ def test_a_wrong_key_is_401_even_beside_a_session(staff_client):
     response = staff_client.get("/weft/api/runs", headers={"Authorization": "Bearer weft_000000000000_forged"})
     assert error_of(response) == (401, "unauthenticated") and "unknown or revoked" in response.json()["error"]
     assert staff_client.get("/weft/api/runs").status_code == 200  # the session alone still does
+
+
+# --- addressing -----------------------------------------------------------------------------------------
+
+# Ids and names as the Python API and the API create them: slashes, route words, what percent-encoding carries.
+ODD_IDS = ["order/42", "a/result", "count", "start_or_signal", "signals", "/lead", "trail/", "a//b", "50%",
+           "a%2Fb", "what?", "#1", " spaced ", "ü/ß", ".", ".."]
+ROUTE_WORDS = {"count", "start_or_signal"}  # where runs/<id> is also a route of its own
+
+
+def encoded(text: str) -> str:
+    """``text`` as one path segment: percent-encoded, and a route word with its first letter encoded too."""
+    segment = quote(text, safe="")
+    return f"%{ord(segment[0]):02X}{segment[1:]}" if text in ROUTE_WORDS else segment
+
+
+@pytest.mark.parametrize("workflow_id", ODD_IDS)
+def test_a_run_whose_id_has_a_slash_or_is_a_route_word_is_reachable_by_every_route(api, weft_env, workflow_id):
+    created = api.post("runs", {"workflow": "test.approval", "input": "k", "workflow_id": workflow_id})
+    assert created.status_code == 201 and created.json()["workflow_id"] == workflow_id
+    weft_env.drive()
+    at = "runs/" + encoded(workflow_id)
+    assert api.get(at).json()["workflow_id"] == workflow_id
+    assert error_of(api.get(at + "/result", {"timeout": 0})) == (408, "timeout")
+    assert api.post(at + "/signals/" + encoded("pay/ment"), {"payload": 1}).status_code == 202
+    assert Signal.objects.get().name == "pay/ment"
+    assert error_of(api.post(at + "/queries/" + encoded("a/b"))) == (422, "query_not_found")
+    assert error_of(api.post(at + "/updates/" + encoded("a/b"), {"timeout": 0})) == (422, "update_rejected")
+    assert error_of(api.get(at + "/updates/x/" + encoded("u/1"), {"timeout": 0})) == (404, "workflow_not_found")
+    assert api.post(at + "/signals/approval", {"payload": "yes"}).status_code == 202
+    weft_env.drive()
+    finished = api.get(at + "/result", {"timeout": 0}).json()
+    assert (finished["workflow_id"], finished["result"]) == (workflow_id, "yes")
+    forked = api.post(at + "/fork", {"from_step": 1, "workflow_id": workflow_id + "/fork"})
+    assert forked.status_code == 201
+    assert api.post("runs/" + encoded(workflow_id + "/fork") + "/terminate").json()["changed"] is True
+
+
+def test_an_update_of_a_run_whose_id_has_a_slash_answers_and_is_read_again_by_its_id(api, weft_env):
+    weft.start("updates.cart", "u", workflow_id="cart/7")
+    weft_env.drive()
+    sent = api.post("runs/cart%2F7/updates/add_item", {"payload": "A1", "update_id": "u/1"})
+    assert sent.json() == {"update_id": "u/1", "name": "add_item", "result": 1}
+    assert api.get("runs/cart%2F7/updates/add_item/u%2F1", {"timeout": 0}).json()["result"] == 1
+    assert api.post("runs/cart%2F7/queries/items").json() == {"result": ["A1"]}
+    assert api.post("runs/cart%2F7/cancel", {"reason": "r"}).json()["changed"] is True
+
+
+@pytest.mark.parametrize("schedule_id", ["team/nightly", "count", "a%2Fb", "..", "pause"])
+def test_a_schedule_whose_id_has_a_slash_is_reachable_by_every_route(api, schedule_id):
+    body = {"schedule_id": schedule_id, "workflow": "test.approval", "input": "k", "every": 3600}
+    assert api.post("schedules", body).status_code == 201
+    at = "schedules/" + quote(schedule_id, safe="")
+    assert api.get(at).json()["schedule_id"] == schedule_id
+    assert api.patch(at, {"every": 7200}).json()["every"] == 7200
+    assert api.post(at + "/pause", {"note": "n"}).json()["status"] == "paused"
+    assert api.post(at + "/resume").json()["status"] == "active"
+    assert api.post(at + "/trigger").json()["schedule_id"] == schedule_id
+    assert api.post(at + "/backfill", {"start": "2030-01-01T00:00:00Z", "end": "2030-01-01T00:00:00Z"}).json()[
+        "schedule_id"] == schedule_id
+    assert api.post(at + "/cancel").json()["status"] == "cancelled"
+
+
+def test_a_route_word_needs_an_encoded_letter_only_where_it_is_a_route_itself(api, weft_env):
+    for workflow_id in ("count", "start_or_signal"):
+        weft.start("test.approval", "k", workflow_id=workflow_id)
+    assert set(api.get("runs/count").json()) == {"counts", "total"}  # the route
+    assert api.get("runs/%63ount").json()["workflow_id"] == "count"  # the run
+    assert api.get("runs/start_or_signal").json()["workflow_id"] == "start_or_signal"  # no GET route of that path
+    assert api.post("runs/count/cancel").json()["workflow_id"] == "count"
+
+
+def test_without_the_sent_path_ids_with_a_slash_still_work_where_nothing_follows_that_reads_as_a_route(
+        client, weft_env):
+    """runserver and Django's test client pass only the decoded path: a parameter then takes as many segments as
+    leave a route matching."""
+    plain = Api(client, make_key(*EVERY_PERMISSION), sent_path=False)
+    for workflow_id in ("order/42", "a/result", "a"):
+        assert plain.post("runs", {"workflow": "test.approval", "input": "k", "workflow_id": workflow_id}).status_code \
+            == 201
+    weft_env.drive()
+    assert plain.get("runs/order%2F42").json()["workflow_id"] == "order/42"
+    assert plain.get("runs/order/42").json()["workflow_id"] == "order/42"
+    assert plain.post("runs/order%2F42/signals/pay%2Fment").json()["workflow_id"] == "order/42"
+    assert Signal.objects.get().name == "pay/ment"
+    assert plain.post("runs/order/42/cancel").json()["changed"] is True
+    assert error_of(plain.get("runs/a%2Fresult", {"timeout": 0})) == (408, "timeout")  # read as the result of a
+    assert Api(client, make_key(*EVERY_PERMISSION)).get("runs/a%2Fresult").json()["workflow_id"] == "a/result"
+
+
+@pytest.mark.parametrize("path", ["", "nowhere", "openapi.json/x", "docs/", "runs/", "bulk", "nowhere/x/y"])
+def test_every_path_no_route_takes_is_a_json_404(api, path):
+    assert error_of(api.get(path)) == (404, "not_found")
+    assert error_of(api.post(path, {})) == (404, "not_found")
+
+
+@pytest.mark.parametrize(("path", "code"), [("runs/a/b/c/d/e/f/g", "workflow_not_found"),
+                                            ("schedules/x/y/z", "schedule_not_found"),
+                                            ("runs//cancel", "workflow_not_found")])
+def test_a_slash_sent_unencoded_is_read_as_part_of_the_id_where_no_route_takes_the_path_otherwise(api, path, code):
+    """As a proxy that decodes %2F would send it; still a JSON 404 when there is no such id."""
+    assert error_of(api.get(path)) == (404, code)
+
+
+def test_a_missing_id_is_a_json_404_on_every_route_and_a_wrong_method_a_json_405(api):
+    assert error_of(api.get("runs/order%2F404")) == (404, "workflow_not_found")
+    assert error_of(api.get("schedules/team%2F404")) == (404, "schedule_not_found")
+    refused = api.client.delete("/weft/api/runs/x", headers=api.headers)
+    assert error_of(refused) == (405, "method_not_allowed") and refused["Allow"] == "GET"
+    refused = api.client.put("/weft/api/schedules/x", headers=api.headers)
+    assert error_of(refused) == (405, "method_not_allowed") and refused["Allow"] == "GET, PATCH"

@@ -36,7 +36,9 @@ api = NinjaAPI(
     openapi_url="openapi.json", docs_url=None,
     description="Start, find, signal, query, update and cancel durable workflow runs, act on many and operate "
                 "schedules. Authenticate with `Authorization: Bearer <API key>` (manage.py weft_api_key) or a "
-                "Django session (unsafe methods then need the X-CSRFToken header). Errors are `{\"error\", \"code\"}`.",
+                "Django session (unsafe methods then need the X-CSRFToken header). Errors are `{\"error\", \"code\"}`. "
+                "Path parameters are percent-encoded, a `/` in an id as `%2F`; an id that is itself a route "
+                "(`runs/count`) with a letter of it encoded (`runs/%63ount`).",
 )
 errors.install(api)
 
