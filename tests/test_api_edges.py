@@ -245,7 +245,7 @@ def test_a_wrong_key_is_401_even_beside_a_session(staff_client):
 
 # Ids and names as the Python API and the API create them: slashes, route words, what percent-encoding carries.
 ODD_IDS = ["order/42", "a/result", "count", "start_or_signal", "signals", "/lead", "trail/", "a//b", "50%",
-           "a%2Fb", "what?", "#1", " spaced ", "ü/ß", ".", ".."]
+           "a%2Fb", "what?", "#1", " spaced ", "ü/ß", ".", "..", "new\nline"]
 ROUTE_WORDS = {"count", "start_or_signal"}  # where runs/<id> is also a route of its own
 
 

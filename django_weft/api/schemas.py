@@ -10,15 +10,30 @@ import datetime as dt
 import math
 import uuid
 from decimal import Decimal
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from ninja import Schema
+from ninja import Path, Schema
 from pydantic import ConfigDict, Field, model_validator
 
 from ..codec import CONTAINERS, MAX_DEPTH, decode
 from ..models import Workflow
 
 ID = Field(min_length=1, max_length=255)
+
+
+def _segment(what: str, example: str, note: str = "") -> Any:
+    """A path parameter: any text, sent percent-encoded as one segment (django_weft.api.routing)."""
+    return Path(description=f"{what}, percent-encoded as one path segment (a '/' as %2F){note}.", example=example)
+
+
+# The path parameters: the example says that a "/" is fine (schemathesis then generates %2F too).
+WorkflowId = Annotated[str, _segment("The workflow id", "order/42",
+                                     "; an id that is a route of its own (count) with a letter encoded: %63ount")]
+SignalName = Annotated[str, _segment("The signal's name", "payment/received")]
+QueryName = Annotated[str, _segment("The query handler's name", "cart/items")]
+UpdateName = Annotated[str, _segment("The update handler's name", "cart/add")]
+UpdateId = Annotated[str, _segment("The update's id", "mail/7731")]
+ScheduleId = Annotated[str, _segment("The schedule id", "team/nightly")]
 
 
 class ErrorOut(Schema):

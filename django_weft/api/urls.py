@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.urls import URLPattern, path
+from django.urls import URLPattern, path, re_path
 
 from .app import api
 from .docs import docs
@@ -25,7 +25,7 @@ urlpatterns: list[Any] = [
     # Every other path, ids with "/" and route words included, by the path as sent (django_weft.api.routing);
     # "api-root" is the name ninja finds the API's prefix by.
     path("", dispatch, name="api-root"),
-    path("<path:rest>", dispatch, name="route"),
+    re_path(r"^(?P<rest>[\s\S]+)$", dispatch, name="route"),  # not <path:>, whose "." stops at a newline
     # Never reached (the pattern above takes every path): kept so that reverse("weft_api:<operation>") works.
     *_operations,
 ]
