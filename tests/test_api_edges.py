@@ -10,6 +10,8 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
+from django.db import connection
+from django.db.models.signals import pre_save
 from django.test import Client
 
 import django_weft as weft
@@ -350,3 +352,42 @@ def test_a_missing_id_is_a_json_404_on_every_route_and_a_wrong_method_a_json_405
     assert error_of(refused) == (405, "method_not_allowed") and refused["Allow"] == "GET"
     refused = api.client.put("/weft/api/schedules/x", headers=api.headers)
     assert error_of(refused) == (405, "method_not_allowed") and refused["Allow"] == "GET, PATCH"
+
+
+# --- ATOMIC_REQUESTS through the dispatcher -------------------------------------------------------------
+
+
+@pytest.fixture
+def transaction_depths() -> Any:
+    """How many atomic blocks were open each time a run or a bulk operation's record was saved."""
+    depths: list[int] = []
+
+    def record(sender: Any, **kwargs: Any) -> None:
+        depths.append(len(connection.atomic_blocks))
+
+    for model in (Workflow, BulkOperation):
+        pre_save.connect(record, sender=model)
+    yield depths
+    for model in (Workflow, BulkOperation):
+        pre_save.disconnect(record, sender=model)
+
+
+def bulk_cancel(api: Api) -> None:
+    preview = api.post("bulk/cancel", {"filters": {"status": ["pending"]}, "dry_run": True}).json()
+    done = api.post("bulk/cancel", {"filters": {"status": ["pending"]}, "confirmation_token":
+                                    preview["confirmation_token"]})
+    assert done.json()["count"] == 1
+
+
+def test_atomic_requests_puts_each_route_in_a_transaction_but_the_ones_that_wait_or_act_on_many(
+        transactional_db, key_with, monkeypatch, transaction_depths):
+    api = key_with(*EVERY_PERMISSION)
+    api.post("runs", {"workflow": "test.approval", "input": "a"})
+    bulk_cancel(api)
+    started, cancelled = transaction_depths
+    transaction_depths.clear()
+    monkeypatch.setitem(connection.settings_dict, "ATOMIC_REQUESTS", True)
+    api.post("runs", {"workflow": "test.approval", "input": "b"})
+    bulk_cancel(api)  # a transaction per run, by design: not one around the request
+    started_in_one, cancelled_in_one = transaction_depths
+    assert started_in_one > started and cancelled_in_one == cancelled
