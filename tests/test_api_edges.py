@@ -391,3 +391,17 @@ def test_atomic_requests_puts_each_route_in_a_transaction_but_the_ones_that_wait
     bulk_cancel(api)  # a transaction per run, by design: not one around the request
     started_in_one, cancelled_in_one = transaction_depths
     assert started_in_one > started and cancelled_in_one == cancelled
+
+
+def test_an_error_object_with_a_field_besides_message_and_type_is_refused_everywhere(api, client, targets):
+    refused = api.post("fail", {"token": targets, "error": {"message": "declined", "typ": "Declined"}})
+    assert error_of(refused) == (422, "invalid_request") and "typ: unknown field" in refused.json()["error"]
+    hook = client.post("/weft/fail/", json.dumps({"token": targets, "error": {"message": "no", "typ": "Declined"}}),
+                       content_type="application/json")
+    assert hook.status_code == 400 and "'typ'" in hook.json()["error"]
+    with pytest.raises(weft.InvalidArgument, match="'typ'"):
+        weft.fail_async_activity(targets, {"message": "declined", "typ": "Declined"})
+    assert AsyncActivity.objects.get(token=targets).status == "pending"
+    assert api.post("fail", {"token": targets, "error": {"message": "declined", "type": "Declined"}}).json() == {
+        "ok": True}
+    assert AsyncActivity.objects.get(token=targets).error["type"] == "Declined"

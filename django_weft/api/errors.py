@@ -70,10 +70,20 @@ def weft_status(exc: Exception) -> tuple[int, str] | None:
     return None
 
 
+# The names pydantic gives the branches of a union in an error's location ("str", "function-wrap[...]", a class).
+_BRANCH_TYPES = frozenset({"str", "int", "float", "bool", "list", "dict", "none"})
+
+
+def _is_branch(part: object) -> bool:
+    text = str(part)
+    return text in _BRANCH_TYPES or "[" in text or text[:1].isupper()
+
+
 def _validation_message(exc: ValidationError) -> str:
     parts = []
     for error in exc.errors[:5]:
-        where = ".".join(str(part) for part in error.get("loc", ()) if part not in ("body", "payload"))
+        where = ".".join(str(part) for part in error.get("loc", ())
+                         if part not in ("body", "payload") and not _is_branch(part))
         what = "unknown field" if error.get("type") == "extra_forbidden" else error.get("msg", "invalid")
         parts.append(f"{where}: {what}" if where else str(what))
     return "; ".join(parts) or "invalid request"
