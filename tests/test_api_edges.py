@@ -405,3 +405,9 @@ def test_an_error_object_with_a_field_besides_message_and_type_is_refused_everyw
     assert api.post("fail", {"token": targets, "error": {"message": "declined", "type": "Declined"}}).json() == {
         "ok": True}
     assert AsyncActivity.objects.get(token=targets).error["type"] == "Declined"
+
+
+@pytest.mark.parametrize("unknown", ["WorkflowId", "str", "a[0]", "Input"])
+def test_the_unknown_field_is_named_whatever_it_looks_like(api, unknown):
+    refused = api.post("runs", {"workflow": "test.approval", unknown: 1})  # schemathesis sent "A" and "QVAUSwvfb"
+    assert refused.json() == {"error": f"{unknown}: unknown field", "code": "invalid_request"}

@@ -82,9 +82,12 @@ def _is_branch(part: object) -> bool:
 def _validation_message(exc: ValidationError) -> str:
     parts = []
     for error in exc.errors[:5]:
-        where = ".".join(str(part) for part in error.get("loc", ())
-                         if part not in ("body", "payload") and not _is_branch(part))
-        what = "unknown field" if error.get("type") == "extra_forbidden" else error.get("msg", "invalid")
+        loc = list(error.get("loc", ()))
+        unknown = error.get("type") == "extra_forbidden"
+        named = loc.pop() if unknown and loc else None  # the client's text: whatever it looks like, it stays
+        where = ".".join([*(str(part) for part in loc if part not in ("body", "payload") and not _is_branch(part)),
+                          *([str(named)] if named is not None else [])])
+        what = "unknown field" if unknown else error.get("msg", "invalid")
         parts.append(f"{where}: {what}" if where else str(what))
     return "; ".join(parts) or "invalid request"
 
