@@ -359,20 +359,23 @@ def test_a_missing_id_is_a_json_404_on_every_route_and_a_wrong_method_a_json_405
 
 @pytest.fixture
 def transaction_depths() -> Any:
-    """How many atomic blocks were open each time a run or a bulk operation's record was saved."""
+    """How many atomic blocks were open each time a schedule or a bulk operation's record was saved."""
     depths: list[int] = []
 
     def record(sender: Any, **kwargs: Any) -> None:
         depths.append(len(connection.atomic_blocks))
 
-    for model in (Workflow, BulkOperation):
+    for model in (Schedule, BulkOperation):
         pre_save.connect(record, sender=model)
     yield depths
-    for model in (Workflow, BulkOperation):
+    for model in (Schedule, BulkOperation):
         pre_save.disconnect(record, sender=model)
 
 
-def bulk_cancel(api: Api) -> None:
+def create_then_bulk_cancel(api: Api, schedule_id: str) -> None:
+    assert api.post("schedules", {"schedule_id": schedule_id, "workflow": "test.approval", "every": 60}).status_code \
+        == 201
+    api.post("runs", {"workflow": "test.approval", "input": "a"})
     preview = api.post("bulk/cancel", {"filters": {"status": ["pending"]}, "dry_run": True}).json()
     done = api.post("bulk/cancel", {"filters": {"status": ["pending"]}, "confirmation_token":
                                     preview["confirmation_token"]})
@@ -380,17 +383,14 @@ def bulk_cancel(api: Api) -> None:
 
 
 def test_atomic_requests_puts_each_route_in_a_transaction_but_the_ones_that_wait_or_act_on_many(
-        transactional_db, key_with, monkeypatch, transaction_depths):
-    api = key_with(*EVERY_PERMISSION)
-    api.post("runs", {"workflow": "test.approval", "input": "a"})
-    bulk_cancel(api)
-    started, cancelled = transaction_depths
+        transactional_db, api, monkeypatch, transaction_depths):
+    create_then_bulk_cancel(api, "one")
+    created, cancelled = transaction_depths
     transaction_depths.clear()
     monkeypatch.setitem(connection.settings_dict, "ATOMIC_REQUESTS", True)
-    api.post("runs", {"workflow": "test.approval", "input": "b"})
-    bulk_cancel(api)  # a transaction per run, by design: not one around the request
-    started_in_one, cancelled_in_one = transaction_depths
-    assert started_in_one > started and cancelled_in_one == cancelled
+    create_then_bulk_cancel(api, "two")  # bulk/cancel: a transaction per run, by design, not one around it all
+    created_in_one, cancelled_in_one = transaction_depths
+    assert created_in_one > created and cancelled_in_one == cancelled
 
 
 def test_an_error_object_with_a_field_besides_message_and_type_is_refused_everywhere(api, client, targets):
