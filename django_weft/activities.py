@@ -335,6 +335,9 @@ def fail_async_activity(token: str, error: BaseException | str | dict) -> None:
     elif isinstance(error, str) and error:
         details = {"type": "AsyncActivityFailed", "message": error}
     elif isinstance(error, dict) and isinstance(error.get("message"), str) and error["message"]:
+        unknown = sorted(set(error) - {"message", "type"}, key=str)
+        if unknown:  # a misspelt "type" would be dropped silently
+            raise InvalidArgument(f'the error holds {unknown[0]!r}: only "message" and "type" are read')
         kind = error.get("type") or "AsyncActivityFailed"
         if not isinstance(kind, str):
             raise InvalidArgument('the error\'s "type" must be a string')

@@ -2,8 +2,8 @@
 
 Payloads (inputs, results, signal payloads) are msgpack with extension types for the Python values a
 Django project passes around. Decoding never executes code: the admin decodes payloads straight from the
-database. Encoding checks the size against WEFT_MAX_PAYLOAD_BYTES, so callers reject a payload before
-they write anything.
+database. Encoding checks the size against WEFT_MAX_PAYLOAD_BYTES and the nesting against MAX_DEPTH, so callers
+reject a payload before they write anything.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any, cast
 import msgpack
 
 from .conf import weft_settings
-from .exceptions import PayloadNotSerializable, PayloadTooLarge
+from .exceptions import PayloadNotSerializable, PayloadTooDeep, PayloadTooLarge
 
 # Extension type codes. Stored data depends on them: never renumber.
 EXT_DATETIME = 1
@@ -32,20 +32,30 @@ EXT_FROZENSET = 8
 EXT_TUPLE = 9
 
 
-# Tuples, sets and timedeltas are packed (and unpacked) by a nested msgpack call each, which costs C
-# stack (about 43 KB a level when decoding); nesting them deeper than this is refused on both sides, so
-# that decoding stays within a 2 MB thread stack.
-MAX_EXT_NESTING = 32
+# The one nesting limit of every payload: lists, dicts, tuples and sets nested deeper are refused at every entrance
+# (PayloadTooDeep), so whatever is stored renders in the HTTP API and the admin, which recurse once a level.
+# Tuples, sets and timedeltas are packed (and unpacked) by a nested msgpack call each, which costs C stack (about
+# 43 KB a level when decoding): 32 levels of them decode within a 2 MB thread stack.
+MAX_DEPTH = 32
+CONTAINERS = (list, tuple, dict, set, frozenset)
+
+# Nested pack/unpack calls: the outermost, one per tuple or set, and a timedelta's own. A payload within MAX_DEPTH
+# never passes it; decoding still refuses more (a ValueError), whatever the database holds.
+MAX_EXT_NESTING = MAX_DEPTH + 2
 _nesting = threading.local()
 
 
+class _TooDeep(ValueError):
+    pass
+
+
 class _Nested:
-    """Counts nested pack/unpack calls on this thread; ValueError past MAX_EXT_NESTING."""
+    """Counts nested pack/unpack calls on this thread; _TooDeep (a ValueError) past MAX_EXT_NESTING."""
 
     def __enter__(self) -> None:
         depth = getattr(_nesting, "depth", 0) + 1
         if depth > MAX_EXT_NESTING:
-            raise ValueError(f"tuples, sets and timedeltas nested more than {MAX_EXT_NESTING} deep")
+            raise _TooDeep(f"tuples, sets and timedeltas nested more than {MAX_EXT_NESTING - 2} deep")
         _nesting.depth = depth
 
     def __exit__(self, *exc: object) -> None:
@@ -116,6 +126,27 @@ def _unpack(data: bytes) -> Any:
         return msgpack.unpackb(data, ext_hook=_ext_hook, raw=False, strict_map_key=False, timestamp=0)
 
 
+def nests_deeper_than(value: Any, levels: int) -> bool:
+    """Whether ``value`` nests lists, dicts, tuples or sets more than ``levels`` deep (``[["x"]]`` is 2 deep).
+    Level by level, without recursion; a value that contains itself is deeper than any limit."""
+    level = [value] if isinstance(value, CONTAINERS) else []
+    for _ in range(levels):
+        inner: list[Any] = []
+        for container in level:
+            inner += [item for item in container if isinstance(item, CONTAINERS)]  # a dict's keys
+            if isinstance(container, dict):
+                inner += [item for item in container.values() if isinstance(item, CONTAINERS)]
+        if not inner:
+            return False
+        level = inner
+    return bool(level)
+
+
+def _too_deep(what: str) -> PayloadTooDeep:
+    return PayloadTooDeep(f"{what} is nested more than {MAX_DEPTH} levels deep (lists, dicts, tuples and sets), "
+                          "the limit of every payload: flatten it, or store it elsewhere and pass a reference")
+
+
 def encode(value: Any, *, what: str = "payload") -> bytes:
     """Encode ``value``; raise a :class:`PayloadError` naming ``what`` if it cannot be stored."""
     try:
@@ -126,10 +157,15 @@ def encode(value: Any, *, what: str = "payload") -> bytes:
             "(None, bool, int, float, str, bytes, list, tuple, dict, set, datetime, date, time, "
             "timedelta, Decimal, UUID)"
         ) from None
+    except (_TooDeep, RecursionError):
+        raise _too_deep(what) from None
     except (ValueError, OverflowError) as exc:
+        if "recursion limit" in str(exc):  # msgpack's own, past 511 levels or for a value that contains itself
+            raise _too_deep(what) from None
         raise PayloadNotSerializable(f"{what} cannot be encoded: {exc}") from None
-    except RecursionError:
-        raise PayloadNotSerializable(f"{what} is nested too deeply to encode") from None
+    # Each level takes at least a byte, so a payload this short cannot be too deep: most need no walk.
+    if len(data) > MAX_DEPTH and nests_deeper_than(value, MAX_DEPTH):
+        raise _too_deep(what)
     limit = weft_settings.MAX_PAYLOAD_BYTES
     if limit and len(data) > limit:
         raise PayloadTooLarge(

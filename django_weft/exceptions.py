@@ -47,6 +47,11 @@ class PayloadTooLarge(PayloadError):
     """An encoded payload is larger than WEFT_MAX_PAYLOAD_BYTES."""
 
 
+class PayloadTooDeep(PayloadError, InvalidArgument):
+    """A payload nests lists, dicts, tuples or sets deeper than ``django_weft.codec.MAX_DEPTH`` levels (the HTTP API
+    answers 422 ``payload_too_deep``)."""
+
+
 class WorkflowNotFound(WeftError, LookupError):
     """No run matches the workflow id (or run id)."""
 

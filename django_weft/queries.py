@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from .codec import decode, encode
-from .exceptions import PayloadError, QueryFailed, QueryNotFound
+from .codec import MAX_DEPTH, decode, encode, nests_deeper_than
+from .exceptions import PayloadError, PayloadTooDeep, QueryFailed, QueryNotFound
 from .models import Timer, Workflow, WorkflowStep
 from .replay_check import replay_dry
 from .runtime.context import Context
@@ -38,6 +38,9 @@ def replay(run: Workflow, steps: Iterable[WorkflowStep] | None = None,
 
 def answer(run: Workflow, ctx: Context, name: str, args: tuple) -> Any:
     """The answer of query handler ``name`` to ``args``, from ``ctx``, the context a dry replay of ``run`` built."""
+    if nests_deeper_than(args, MAX_DEPTH + 1):  # the tuple of arguments is a level
+        raise PayloadTooDeep(f"the arguments of query {name!r} nest more than {MAX_DEPTH} levels deep, the limit of "
+                             "every payload")
     handlers = ctx._query_handlers
     handler = handlers.get(name)
     if handler is None:

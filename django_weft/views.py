@@ -3,8 +3,9 @@
 POST a JSON body: ``{"token": "...", "result": ...}`` to ``complete/``, ``{"token": "...", "error":
 {"message": "...", "type": "..."}}`` (or a message string) to ``fail/``. The token is the only
 credential (signed, single-use), so the views are CSRF-exempt. Status codes: 200 done, 400 bad request,
-404 unknown or forged token, 409 already resolved, 413 too large. The HTTP API offers the same
-(``POST weft/api/complete`` and ``fail``) through :func:`resolve`, with its error format.
+404 unknown or forged token, 409 already resolved, 413 too large, 422 nested deeper than a payload may be
+(django_weft.codec.MAX_DEPTH). The HTTP API offers the same (``POST weft/api/complete`` and ``fail``) through
+:func:`resolve`, with its error format.
 
 ``metrics/`` (GET) answers Prometheus' text format: to anyone with ``WEFT_METRICS_PUBLIC = True``, else to a
 staff user or a request with ``Authorization: Bearer <WEFT_METRICS_TOKEN>`` (the scheme in any case; 401
@@ -23,13 +24,22 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
 from .activities import complete_async_activity, fail_async_activity
+from .codec import MAX_DEPTH
 from .conf import weft_settings
-from .exceptions import InvalidArgument, InvalidTaskToken, PayloadNotSerializable, PayloadTooLarge, TaskTokenAlreadyUsed
+from .exceptions import (
+    InvalidArgument,
+    InvalidTaskToken,
+    PayloadNotSerializable,
+    PayloadTooDeep,
+    PayloadTooLarge,
+    TaskTokenAlreadyUsed,
+)
 from .observability import events
 from .observability.access import bearer_token, is_metrics_token
 
 # What resolving an async activity can meet: (exception, HTTP status, the HTTP API's code), the first match wins.
 REFUSALS: tuple[tuple[type[Exception], int, str], ...] = (
+    (PayloadTooDeep, 422, "payload_too_deep"),
     (TaskTokenAlreadyUsed, 409, "token_already_used"),
     (InvalidTaskToken, 404, "invalid_token"),
     (PayloadTooLarge, 413, "payload_too_large"),
@@ -52,8 +62,6 @@ def resolve(field: str, token: str, value: Any) -> None:
     HTTP API's ``complete`` and ``fail`` both call it. Raises :class:`Refused`."""
     try:
         ACTIONS[field](token, value)
-    except RecursionError:
-        raise Refused(400, "invalid_payload", f"the {field} is nested too deeply to store") from None
     except Exception as exc:
         for cls, status, code in REFUSALS:
             if isinstance(exc, cls):
@@ -81,9 +89,12 @@ def _handle(request: HttpRequest, field: str) -> JsonResponse:
     except (ValueError, UnicodeDecodeError):
         return _error(400, "the body must be JSON")
     except RecursionError:
-        return _error(400, "the JSON body is nested too deeply")
+        return _error(422, f"the JSON body is nested too deeply to read; payloads nest at most {MAX_DEPTH} levels")
     if not isinstance(data, dict) or not isinstance(data.get("token"), str):
         return _error(400, 'the body must be a JSON object with a "token" string')
+    unknown = sorted(set(data) - {"token", field})
+    if unknown:  # a misspelt "result" would complete the activity with null
+        return _error(400, f'unknown field {unknown[0]!r}: the body holds "token" and "{field}"')
     if field == "error" and "error" not in data:
         return _error(400, 'the body needs an "error" (a message or {"message": ..., "type": ...})')
     try:

@@ -10,6 +10,7 @@ import itertools
 import json
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlencode
 
 import pytest
 from django.test import Client
@@ -22,23 +23,36 @@ EVERY_PERMISSION = ("add_workflow", "view_workflow", "change_workflow", "delete_
 
 
 class Api:
-    """``Client`` calls under /weft/api/, JSON in and out, with ``Authorization: Bearer <key>`` when given one."""
+    """``Client`` calls under /weft/api/, JSON in and out, with ``Authorization: Bearer <key>`` when given one.
 
-    def __init__(self, client: Client, key: str | None = None) -> None:
+    Paths are as a client sends them (percent-encoded). Each request carries the path as sent in ``RAW_URI``, as
+    gunicorn, waitress and werkzeug pass it on (``sent_path=False``: as ``runserver`` and Django's test client
+    alone, which pass only the decoded path)."""
+
+    def __init__(self, client: Client, key: str | None = None, *, sent_path: bool = True) -> None:
         self.client = client
         self.headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self.sent_path = sent_path
+
+    def _environ(self, path: str, query: Any = None) -> dict[str, str]:
+        if not self.sent_path:
+            return {}
+        return {"RAW_URI": BASE + path + (f"?{urlencode(query, doseq=True)}" if query else "")}
 
     def get(self, path: str, params: Any = None, **headers: str) -> Any:
-        return self.client.get(BASE + path, params or {}, headers={**self.headers, **headers})
+        return self.client.get(BASE + path, params or {}, headers={**self.headers, **headers},
+                               **self._environ(path, params))
 
     def post(self, path: str, body: Any = None, *, raw: bytes | str | None = None,
              content_type: str = "application/json", **headers: str) -> Any:
         data = raw if raw is not None else ("" if body is None else json.dumps(body))
-        return self.client.post(BASE + path, data, content_type=content_type, headers={**self.headers, **headers})
+        return self.client.post(BASE + path, data, content_type=content_type, headers={**self.headers, **headers},
+                                **self._environ(path))
 
     def patch(self, path: str, body: Any = None) -> Any:
         data = "" if body is None else json.dumps(body)
-        return self.client.patch(BASE + path, data, content_type="application/json", headers=self.headers)
+        return self.client.patch(BASE + path, data, content_type="application/json", headers=self.headers,
+                                 **self._environ(path))
 
     def call(self, method: str, path: str, body: Any = None) -> Any:
         """``get`` (``body`` as its query), ``post`` or ``patch`` by name, for tests over a table of routes."""

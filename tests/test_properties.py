@@ -1078,7 +1078,7 @@ def test_fail_async_activity_errors(error):
 # 7. Webhooks
 # =====================================================================================================
 
-ALLOWED_STATUSES = {200, 400, 404, 409, 413}
+ALLOWED_STATUSES = {200, 400, 404, 409, 413, 422}  # 422: nested deeper than a payload may be
 
 
 def post(view: str, body: bytes, **extra: Any) -> Any:
@@ -1097,10 +1097,13 @@ def json_body(value: Any, ascii_only: bool = True) -> bytes:
     return text.encode("utf-8", "surrogatepass")
 
 
-def deep_json(kind: str, depth: int, token: str = "x") -> bytes:
+def deep_json(kind: str, depth: int, token: str = "x", field: str | None = None) -> bytes:
+    """A body whose "result" and "error" (or only ``field``: a webhook refuses the other) nest ``depth`` deep."""
     inner = {"list": "[" * depth + "]" * depth, "dict": '{"a":' * depth + "1" + "}" * depth,
              "mixed": '[{"a":' * depth + "1" + "}]" * depth}[kind]
-    return f'{{"token": {json.dumps(token)}, "result": {inner}, "error": {inner}}}'.encode()
+    fields = [field] if field else ["result", "error"]
+    return ("{" + ", ".join([f'"token": {json.dumps(token)}', *(f'"{name}": {inner}' for name in fields)])
+            + "}").encode()
 
 
 SPECIAL_BODIES = [
@@ -1137,7 +1140,8 @@ def test_webhooks_answer_arbitrary_bodies(view, body):
 def test_webhooks_answer_deep_json_with_a_genuine_token(view, kind, depth):
     with example_env() as env:
         _, record = parked_async(env)
-        status = check_status(post(view, deep_json(kind, depth, record.token)))
+        field = "result" if view == "complete" else "error"
+        status = check_status(post(view, deep_json(kind, depth, record.token, field)))
         record.refresh_from_db()
         assert record.status == ("pending" if status != 200 else {"complete": "completed", "fail": "failed"}[view])
 
@@ -1185,7 +1189,7 @@ def test_webhook_body_size_limit_is_exact(view, limit):
     size = limit or 2 * 1024 * 1024
     overrides = {} if limit is None else {"WEFT_MAX_REQUEST_BYTES": limit}
     with override_settings(**overrides), example_env():
-        small = b'{"token": "x", "error": "e"}'
+        small = b'{"token": "x", "error": "e"}' if view == "fail" else b'{"token": "x", "result": "e"}'
         assert check_status(post(view, small + b" " * (size - len(small)))) == 404  # read whole, token refused
         assert check_status(post(view, small + b" " * (size + 1 - len(small)))) == 413
 

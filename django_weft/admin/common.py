@@ -30,7 +30,7 @@ from django.utils.translation import gettext as _t
 from django.utils.translation import ngettext
 
 from .. import clock
-from ..codec import decode
+from ..codec import CONTAINERS, MAX_DEPTH, decode, nests_deeper_than
 from ..exceptions import WeftError
 
 if TYPE_CHECKING:
@@ -58,8 +58,34 @@ def pretty(data: bytes | memoryview | None) -> str:
     return pretty_value(value)
 
 
+class _Deeper:
+    """Stands for a container nested deeper than MAX_DEPTH (stored before the limit was enforced)."""
+
+    def __repr__(self) -> str:
+        return f"…(nested deeper than {MAX_DEPTH} levels: not shown)"
+
+
+def _clipped(value: Any, levels: int) -> Any:
+    """``value`` with what is nested more than ``levels`` deep replaced by a :class:`_Deeper` (pprint recurses a few
+    frames a level: a deep value would raise RecursionError)."""
+    if not isinstance(value, CONTAINERS):
+        return value
+    if levels == 0:
+        return _Deeper()
+    if isinstance(value, dict):
+        return {key: _clipped(item, levels - 1) for key, item in value.items()}
+    items = [_clipped(item, levels - 1) for item in value]
+    if isinstance(value, list):
+        return items
+    if isinstance(value, tuple):
+        return tuple(items)
+    return set(items) if isinstance(value, set) else frozenset(items)
+
+
 def pretty_value(value: object) -> str:
     """A decoded value as text (plain text: render it escaped, e.g. with :func:`pre`)."""
+    if nests_deeper_than(value, MAX_DEPTH):
+        value = _clipped(value, MAX_DEPTH)
     return pprint.pformat(value, width=100, sort_dicts=False)
 
 

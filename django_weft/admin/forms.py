@@ -9,12 +9,14 @@ from typing import Any
 
 from django import forms
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.serializers.json import DjangoJSONEncoder
+from django.forms.fields import InvalidJSONInput
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 
-from ..codec import decode, encode
+from ..codec import MAX_DEPTH, decode, encode, nests_deeper_than
 from ..conf import weft_settings
 from ..exceptions import InvalidArgument, WeftError
 from ..models import Schedule, Workflow
@@ -24,11 +26,37 @@ from ..schedules import ScheduleSpec
 from ..tokens import read_task_token
 
 
+class PayloadField(forms.JSONField):
+    """A JSON payload; one nested deeper than payloads may be is refused here, naming the limit (Python's parser,
+    and the form shown again with the text, would otherwise raise RecursionError)."""
+
+    default_error_messages = {"too_deep": _("A payload nests at most %(max)s levels (lists and objects).")}
+
+    def to_python(self, value: Any) -> Any:
+        try:
+            converted = super().to_python(value)
+        except RecursionError:
+            converted = value  # text: a leaf, but the parser found it deeper than it can go
+            too_deep = True
+        else:
+            too_deep = nests_deeper_than(converted, MAX_DEPTH)
+        if too_deep:
+            raise ValidationError(self.error_messages["too_deep"], code="too_deep", params={"max": MAX_DEPTH})
+        return converted
+
+    def bound_data(self, data: Any, initial: Any) -> Any:
+        try:
+            value = super().bound_data(data, initial)
+        except RecursionError:
+            return InvalidJSONInput(data)
+        return InvalidJSONInput(data) if nests_deeper_than(value, MAX_DEPTH) else value
+
+
 class SignalForm(forms.Form):
     name = forms.CharField(label=_("signal name"), max_length=255)
-    payload = forms.JSONField(label=_("payload (JSON)"), required=False,
-                              widget=forms.Textarea(attrs={"rows": 6, "cols": 80}),
-                              help_text=_("Any JSON value; leave empty for null."))
+    payload = PayloadField(label=_("payload (JSON)"), required=False,
+                           widget=forms.Textarea(attrs={"rows": 6, "cols": 80}),
+                           help_text=_("Any JSON value; leave empty for null."))
     signal_id = forms.CharField(label=_("signal id"), max_length=128, required=False,
                                 help_text=_("Optional deduplication id: a repeat with the same id is stored once."))
 
@@ -52,10 +80,10 @@ class SuggestingTextInput(forms.TextInput):
 class UpdateForm(forms.Form):
     name = forms.CharField(label=_("update name"), max_length=255,
                            widget=SuggestingTextInput(list_id="weft-update-names"))
-    payload = forms.JSONField(label=_("payload (JSON)"), required=False,
-                              widget=forms.Textarea(attrs={"rows": 6, "cols": 80}),
-                              help_text=_("Any JSON value, passed to the handler; null (or nothing) calls it "
-                                          "without an argument."))
+    payload = PayloadField(label=_("payload (JSON)"), required=False,
+                           widget=forms.Textarea(attrs={"rows": 6, "cols": 80}),
+                           help_text=_("Any JSON value, passed to the handler; null (or nothing) calls it "
+                                       "without an argument."))
     update_id = forms.CharField(label=_("update id"), max_length=128, required=False,
                                 help_text=_("Optional: a repeat with the same id is the same update, applied once "
                                             "(a new id is made when empty)."))
@@ -73,8 +101,8 @@ class AsyncCompletionForm(forms.Form):
     outcome = forms.ChoiceField(label=_("outcome"), choices=[("complete", _("Complete with a result")),
                                                              ("fail", _("Fail with an error message"))],
                                 widget=forms.RadioSelect, initial="complete")
-    result = forms.JSONField(label=_("result (JSON)"), required=False,
-                             widget=forms.Textarea(attrs={"rows": 6, "cols": 80}))
+    result = PayloadField(label=_("result (JSON)"), required=False,
+                          widget=forms.Textarea(attrs={"rows": 6, "cols": 80}))
     error_message = forms.CharField(label=_("error message"), required=False, max_length=2000,
                                     help_text=_("The activity's retry policy decides what happens next."))
 
@@ -122,8 +150,8 @@ class ScheduleForm(forms.ModelForm):
     """Validates with the engine's own rules (ScheduleSpec), reporting each problem on its field."""
 
     workflow_type = forms.ChoiceField(label=_("workflow"))
-    input_json = forms.JSONField(label=_("input (JSON)"), required=False, encoder=DjangoJSONEncoder,
-                            widget=forms.Textarea(attrs={"rows": 4, "cols": 80}))
+    input_json = PayloadField(label=_("input (JSON)"), required=False, encoder=DjangoJSONEncoder,
+                              widget=forms.Textarea(attrs={"rows": 4, "cols": 80}))
     cron = forms.CharField(label=_("cron"), required=False, max_length=255,
                            help_text=_("Five fields (minute hour day month weekday), or six with seconds first."))
     timezone = forms.CharField(label=_("time zone"), max_length=64,
@@ -156,6 +184,8 @@ class ScheduleForm(forms.ModelForm):
             except Exception:
                 self.input_editable = False
             else:
+                # Stored before the nesting limit: kept as it is (saving it again would be refused).
+                self.input_editable = not nests_deeper_than(value, MAX_DEPTH)
                 self.initial["input_json"] = value
         if "input_json" in self.fields and not self.input_editable:
             self.fields["input_json"].disabled = True

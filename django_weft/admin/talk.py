@@ -23,6 +23,7 @@ from django.utils.translation import gettext_lazy as _
 
 from .. import queries
 from ..client import WorkflowHandle
+from ..codec import MAX_DEPTH
 from ..exceptions import InvalidArgument, WeftError, WorkflowNotRegistered
 from ..models import RunStatus, Timer, UpdateStatus, Workflow, WorkflowStep, WorkflowUpdate
 from ..starts import check_id
@@ -109,6 +110,8 @@ def parse_args(text: str) -> list:
         args = json.loads(text)
     except ValueError as exc:
         raise InvalidArgument(_t("The arguments are not JSON: %(error)s") % {"error": exc}) from None
+    except RecursionError:  # deeper than Python's parser goes (queries.answer refuses what is over the limit)
+        raise InvalidArgument(_t("The arguments nest more than %(max)d levels.") % {"max": MAX_DEPTH}) from None
     if not isinstance(args, list):
         raise InvalidArgument(_t('The arguments must be a JSON list, e.g. [] or ["A1", 2].'))
     return args

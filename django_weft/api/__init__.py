@@ -7,6 +7,7 @@ JSON over the same client, finding and bulk functions as Python callers use. It 
 - ``auth``: API keys (``Authorization: Bearer``) and Django sessions, and the permission check per operation;
 - ``errors``: every error as ``{"error": message, "code": stable code}`` with its HTTP status;
 - ``schemas``: request and response bodies (the OpenAPI document is written from them);
+- ``routing``: matches each path, as the client sent it, to its route (ids may hold "/", percent-encoded);
 - one module of routes per resource (``runs``, ``schedules``...).
 """
 

@@ -2,24 +2,43 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from functools import wraps
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse
 from ninja import NinjaAPI
+from ninja.parser import Parser
 
 from .. import __version__
+from ..codec import MAX_DEPTH
 from ..conf import weft_settings
+from ..exceptions import PayloadTooDeep
 from . import bulk, errors, runs, schedules, waits, webhooks
 from .auth import AUTH
 
+
+class JsonBody(Parser):
+    """ninja's JSON parser, except that a body nested too deeply for Python's parser is what it is, a payload too
+    deep (422 payload_too_deep), not a body that is not JSON."""
+
+    def parse_body(self, request: HttpRequest) -> Any:
+        try:
+            return json.loads(request.body)
+        except RecursionError:
+            raise PayloadTooDeep(f"the body is nested too deeply to read; payloads nest at most {MAX_DEPTH} "
+                                 "levels") from None
+
+
 api = NinjaAPI(
-    title="django_weft", version=__version__, urls_namespace="weft_api", auth=AUTH,
+    title="django_weft", version=__version__, urls_namespace="weft_api", auth=AUTH, parser=JsonBody(),
     openapi_url="openapi.json", docs_url=None,
     description="Start, find, signal, query, update and cancel durable workflow runs, act on many and operate "
                 "schedules. Authenticate with `Authorization: Bearer <API key>` (manage.py weft_api_key) or a "
-                "Django session (unsafe methods then need the X-CSRFToken header). Errors are `{\"error\", \"code\"}`.",
+                "Django session (unsafe methods then need the X-CSRFToken header). Errors are `{\"error\", \"code\"}`. "
+                "Path parameters are percent-encoded, a `/` in an id as `%2F`; an id that is itself a route "
+                "(`runs/count`) with a letter of it encoded (`runs/%63ount`).",
 )
 errors.install(api)
 

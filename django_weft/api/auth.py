@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import HttpRequest
+from ninja.errors import AuthenticationError
 from ninja.security import HttpBearer, SessionAuth
 
 from .. import api_keys
@@ -21,18 +22,39 @@ APP = "django_weft"
 
 
 class BearerKey(HttpBearer):
+    """``Authorization: Bearer <key>``, the scheme in any case and the key after one or more spaces (RFC 7235). A
+    request that sends a key is judged by it: a wrong or revoked one is 401, whatever session the browser has."""
+
+    def __call__(self, request: HttpRequest) -> ApiKey | None:
+        scheme, _, key = request.headers.get(self.header, "").strip().partition(" ")
+        if scheme.lower() != "bearer":
+            return None  # no key: a session may do
+        found = self.authenticate(request, key.strip())
+        if found is None:
+            raise AuthenticationError(message="the API key is unknown or revoked")
+        return found
+
     def authenticate(self, request: HttpRequest, token: str) -> ApiKey | None:
         return api_keys.authenticate(token)
 
 
+def _session_user(request: HttpRequest) -> Any:
+    """The logged-in, active user of the request's session, or None."""
+    user = getattr(request, "user", None)
+    return user if user is not None and user.is_authenticated and user.is_active else None
+
+
 class StaffSession(SessionAuth):
-    """A logged-in, active user (permissions are checked per operation)."""
+    """A logged-in, active user (permissions are checked per operation). Unsafe methods need the CSRF token, which
+    is asked for only when there is a session to protect: without one the answer is 401, on every method."""
+
+    def __call__(self, request: HttpRequest) -> Any:
+        if _session_user(request) is None:
+            return None
+        return super().__call__(request)
 
     def authenticate(self, request: HttpRequest, key: str | None) -> Any:
-        user = getattr(request, "user", None)
-        if user is not None and user.is_authenticated and user.is_active:
-            return user
-        return None
+        return _session_user(request)
 
 
 AUTH = [BearerKey(), StaffSession()]

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from django.http import HttpRequest
 from ninja import Router, Schema
-from pydantic import ConfigDict, Field
+from pydantic import Field
 
 from .. import bulk
 from ..bulk import BulkPreview
@@ -31,8 +31,6 @@ ARGUMENTS: dict[str, tuple[str, ...]] = {
 
 
 class BulkIn(Body):
-    model_config = ConfigDict(extra="forbid")  # a misspelt field is refused, not ignored
-
     filters: RunFilters = Field(default_factory=lambda: RunFilters.model_validate({}),
                                 description="The filters of GET runs (none: every run the operation applies to).")
     dry_run: bool = False

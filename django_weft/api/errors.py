@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
 # exception class -> (HTTP status, code), most specific first: the first that matches wins.
 WEFT_ERRORS: tuple[tuple[type[Exception], int, str], ...] = (
+    (weft.PayloadTooDeep, 422, "payload_too_deep"),
     (weft.PayloadTooLarge, 413, "payload_too_large"),
     (weft.PayloadNotSerializable, 422, "payload_not_serializable"),
     (weft.WorkflowNotRegistered, 422, "unknown_workflow"),
@@ -69,11 +70,25 @@ def weft_status(exc: Exception) -> tuple[int, str] | None:
     return None
 
 
+# The names pydantic gives the branches of a union in an error's location ("str", "function-wrap[...]", a class).
+_BRANCH_TYPES = frozenset({"str", "int", "float", "bool", "list", "dict", "none"})
+
+
+def _is_branch(part: object) -> bool:
+    text = str(part)
+    return text in _BRANCH_TYPES or "[" in text or text[:1].isupper()
+
+
 def _validation_message(exc: ValidationError) -> str:
     parts = []
     for error in exc.errors[:5]:
-        where = ".".join(str(part) for part in error.get("loc", ()) if part not in ("body", "payload"))
-        parts.append(f"{where}: {error.get('msg', 'invalid')}" if where else str(error.get("msg", "invalid")))
+        loc = list(error.get("loc", ()))
+        unknown = error.get("type") == "extra_forbidden"
+        named = loc.pop() if unknown and loc else None  # the client's text: whatever it looks like, it stays
+        where = ".".join([*(str(part) for part in loc if part not in ("body", "payload") and not _is_branch(part)),
+                          *([str(named)] if named is not None else [])])
+        what = "unknown field" if unknown else error.get("msg", "invalid")
+        parts.append(f"{where}: {what}" if where else str(what))
     return "; ".join(parts) or "invalid request"
 
 
@@ -88,10 +103,14 @@ def install(api: NinjaAPI) -> None:
         return error_response(api, request, mapped[0], mapped[1], str(exc))
 
     def on_http_error(request: HttpRequest, exc: Any) -> HttpResponse:
+        if isinstance(exc.__cause__, weft.WeftError):  # ninja wraps what the body parser raised
+            return on_weft_error(request, exc.__cause__)
         status = exc.status_code
         if isinstance(exc, AuthenticationError):
-            return error_response(api, request, 401, "unauthenticated",
-                                  "authentication required: Authorization: Bearer <API key>, or a session")
+            response = error_response(api, request, 401, "unauthenticated", str(exc) if exc.message != "Unauthorized"
+                                      else "authentication required: Authorization: Bearer <API key>, or a session")
+            response["WWW-Authenticate"] = 'Bearer realm="django_weft"'  # RFC 7235: a 401 names its scheme
+            return response
         if isinstance(exc, AuthorizationError):
             return error_response(api, request, 403, "forbidden", str(exc) or "forbidden")
         code = getattr(exc, "code", None) or STATUS_CODES.get(status, "error")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
 from .. import filter_text
 from ..finding import GROUPS
@@ -21,8 +21,7 @@ MANY = 50  # the most values a repeated filter takes
 
 
 class RunFilters(Body):
-    # A misspelt filter in a bulk body would widen the set acted on: refused, not ignored.
-    model_config = ConfigDict(extra="forbid")
+    """A misspelt filter in a bulk body would widen the set acted on: refused (Body), not ignored."""
 
     status: list[str] | None = Field(None, max_length=MANY, description="Repeat or comma-separate for several.")
     type: list[str] | None = Field(None, max_length=MANY, description="Workflow names; repeat for several.")

@@ -28,11 +28,13 @@ from .schemas import (
     RunOut,
     RunPage,
     SignalIn,
+    SignalName,
     SignalOut,
     StartIn,
     StartOrSignalIn,
     StartOrSignalOut,
     StartOut,
+    WorkflowId,
     as_json,
     run_out,
 )
@@ -112,13 +114,13 @@ def start_or_signal(request: HttpRequest, body: StartOrSignalIn) -> Status:
 
 
 @router.get("runs/{workflow_id}", response={200: RunOut, **ERRORS}, summary="The latest run of a workflow id")
-def get_run(request: HttpRequest, workflow_id: str) -> dict[str, Any]:
+def get_run(request: HttpRequest, workflow_id: WorkflowId) -> dict[str, Any]:
     require(request, "view_workflow")
     return run_out(client.get_handle(workflow_id).refresh())
 
 
 @router.post("runs/{workflow_id}/signals/{name}", response={202: SignalOut, **ERRORS}, summary="Signal the open run")
-def signal(request: HttpRequest, workflow_id: str, name: str, body: SignalIn | None = None) -> Status:
+def signal(request: HttpRequest, workflow_id: WorkflowId, name: SignalName, body: SignalIn | None = None) -> Status:
     require(request, "signal_workflow")
     payload, signal_id = (body.payload, body.signal_id) if body else (None, None)
     delivered = client.signal(workflow_id, name, payload, signal_id=signal_id)
@@ -127,13 +129,13 @@ def signal(request: HttpRequest, workflow_id: str, name: str, body: SignalIn | N
 
 
 @router.post("runs/{workflow_id}/cancel", response={200: ChangedOut, **ERRORS}, summary="Cancel the open run")
-def cancel(request: HttpRequest, workflow_id: str, body: ReasonIn | None = None) -> dict[str, Any]:
+def cancel(request: HttpRequest, workflow_id: WorkflowId, body: ReasonIn | None = None) -> dict[str, Any]:
     return _end(request, workflow_id, body, "cancelled", WorkflowHandle.cancel)
 
 
 @router.post("runs/{workflow_id}/terminate", response={200: ChangedOut, **ERRORS},
              summary="End the open run at once (timed_out, termination_reason terminated)")
-def terminate(request: HttpRequest, workflow_id: str, body: ReasonIn | None = None) -> dict[str, Any]:
+def terminate(request: HttpRequest, workflow_id: WorkflowId, body: ReasonIn | None = None) -> dict[str, Any]:
     return _end(request, workflow_id, body, "terminated", WorkflowHandle.terminate)
 
 
@@ -150,7 +152,7 @@ def _end(request: HttpRequest, workflow_id: str, body: ReasonIn | None, verb: st
 
 @router.post("runs/{workflow_id}/fork", response={201: StartOut, **ERRORS},
              summary="Start a run that keeps the journal before a step and executes from there")
-def fork(request: HttpRequest, workflow_id: str, body: ForkIn) -> Status:
+def fork(request: HttpRequest, workflow_id: WorkflowId, body: ForkIn) -> Status:
     require(request, "retry_workflow")
     handle = client.get_handle(workflow_id, body.run_id).fork(body.from_step, workflow_id=body.workflow_id)
     run = handle.refresh()

@@ -10,24 +10,19 @@ import uuid
 from typing import Any, Literal
 
 from ninja import Schema
-from pydantic import ConfigDict, Field
+from pydantic import Field
 
 from ..codec import decode
 from ..models import Schedule
-from .schemas import as_json
+from .schemas import Body, as_json
 
 Overlap = Literal["skip", "buffer_one", "buffer_all", "cancel_other", "allow_all"]
 Seconds = float | None
 
 
-# An option spelt wrong is refused (422) rather than ignored: on PATCH it would look applied.
-STRICT = ConfigDict(extra="forbid")
-
-
-class ScheduleOptions(Schema):
-    """What create and update share; on update, each option left out keeps its value."""
-
-    model_config = STRICT
+class ScheduleOptions(Body):
+    """What create and update share; on update, each option left out keeps its value. (An option spelt wrong is
+    refused, Body, rather than ignored: on PATCH it would look applied.)"""
 
     input: Any = None
     cron: str | None = Field(None, max_length=255, description="Five fields, or six with seconds first.")
@@ -50,13 +45,11 @@ class ScheduleUpdateIn(ScheduleOptions):
     """Only the options sent change; sending ``cron`` or ``every`` replaces the cadence (the other is cleared)."""
 
 
-class PauseIn(Schema):
-    model_config = STRICT
+class PauseIn(Body):
     note: str = Field("", max_length=2000)
 
 
-class BackfillIn(Schema):
-    model_config = STRICT
+class BackfillIn(Body):
     start: dt.datetime
     end: dt.datetime
 

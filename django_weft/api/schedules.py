@@ -34,7 +34,7 @@ from .schedule_schemas import (
     TriggerOut,
     schedule_out,
 )
-from .schemas import ERRORS
+from .schemas import ERRORS, ScheduleId
 
 router = Router(tags=["schedules"])
 
@@ -82,13 +82,13 @@ def list_schedules(request: HttpRequest, params: Query[ListQuery]) -> dict[str, 
 
 
 @router.get("schedules/{schedule_id}", response={200: ScheduleOut, **ERRORS}, summary="A schedule")
-def get(request: HttpRequest, schedule_id: str) -> dict[str, Any]:
+def get(request: HttpRequest, schedule_id: ScheduleId) -> dict[str, Any]:
     require(request, "view_schedule")
     return _out(schedules.get_schedule(schedule_id))
 
 
 @router.patch("schedules/{schedule_id}", response={200: ScheduleOut, **ERRORS}, summary="Update a schedule")
-def update(request: HttpRequest, schedule_id: str, body: ScheduleUpdateIn) -> dict[str, Any]:
+def update(request: HttpRequest, schedule_id: ScheduleId, body: ScheduleUpdateIn) -> dict[str, Any]:
     require(request, "change_schedule")
     schedule = schedules.get_schedule(schedule_id)
     if _in_settings(schedule_id):
@@ -100,7 +100,7 @@ def update(request: HttpRequest, schedule_id: str, body: ScheduleUpdateIn) -> di
 
 
 @router.post("schedules/{schedule_id}/pause", response={200: ScheduleOut, **ERRORS}, summary="Pause a schedule")
-def pause(request: HttpRequest, schedule_id: str, body: PauseIn | None = None) -> dict[str, Any]:
+def pause(request: HttpRequest, schedule_id: ScheduleId, body: PauseIn | None = None) -> dict[str, Any]:
     require(request, "change_schedule")
     schedule = schedules.get_schedule(schedule_id)
     note = (body.note if body else "") or f"paused by {caller(request)} through the HTTP API"
@@ -109,7 +109,7 @@ def pause(request: HttpRequest, schedule_id: str, body: PauseIn | None = None) -
 
 
 @router.post("schedules/{schedule_id}/resume", response={200: ScheduleOut, **ERRORS}, summary="Resume a schedule")
-def resume(request: HttpRequest, schedule_id: str) -> dict[str, Any]:
+def resume(request: HttpRequest, schedule_id: ScheduleId) -> dict[str, Any]:
     require(request, "change_schedule")
     schedule = schedules.get_schedule(schedule_id)
     schedules.resume(schedule)
@@ -118,7 +118,7 @@ def resume(request: HttpRequest, schedule_id: str) -> dict[str, Any]:
 
 @router.post("schedules/{schedule_id}/trigger", response={200: TriggerOut, **ERRORS},
              summary="Fire once now, under the overlap policy")
-def trigger(request: HttpRequest, schedule_id: str) -> dict[str, Any]:
+def trigger(request: HttpRequest, schedule_id: ScheduleId) -> dict[str, Any]:
     require(request, "change_schedule")
     run = schedules.trigger(schedules.get_schedule(schedule_id))
     started = None if run is None else {"workflow_id": run.workflow_id, "run_id": run.run_id, "status": run.status}
@@ -127,7 +127,7 @@ def trigger(request: HttpRequest, schedule_id: str) -> dict[str, Any]:
 
 @router.post("schedules/{schedule_id}/backfill", response={200: BackfillOut, **ERRORS},
              summary="Start a run for each occurrence in [start, end] that has none")
-def backfill(request: HttpRequest, schedule_id: str, body: BackfillIn) -> dict[str, Any]:
+def backfill(request: HttpRequest, schedule_id: ScheduleId, body: BackfillIn) -> dict[str, Any]:
     require(request, "change_schedule")
     count = schedules.backfill(schedules.get_schedule(schedule_id), body.start, body.end)
     return {"schedule_id": schedule_id, "count": count}
@@ -135,7 +135,7 @@ def backfill(request: HttpRequest, schedule_id: str, body: BackfillIn) -> dict[s
 
 @router.post("schedules/{schedule_id}/cancel", response={200: ScheduleOut, **ERRORS},
              summary="End a schedule for good (its record and history stay)")
-def cancel(request: HttpRequest, schedule_id: str) -> dict[str, Any]:
+def cancel(request: HttpRequest, schedule_id: ScheduleId) -> dict[str, Any]:
     require(request, "change_schedule")
     schedule = schedules.get_schedule(schedule_id)
     schedules.cancel(schedule)

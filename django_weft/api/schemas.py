@@ -10,15 +10,30 @@ import datetime as dt
 import math
 import uuid
 from decimal import Decimal
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from ninja import Schema
-from pydantic import Field, model_validator
+from ninja import Path, Schema
+from pydantic import ConfigDict, Field, model_validator
 
-from ..codec import decode
+from ..codec import CONTAINERS, MAX_DEPTH, decode
 from ..models import Workflow
 
 ID = Field(min_length=1, max_length=255)
+
+
+def _segment(what: str, example: str, note: str = "") -> Any:
+    """A path parameter: any text, sent percent-encoded as one segment (django_weft.api.routing)."""
+    return Path(description=f"{what}, percent-encoded as one path segment (a '/' as %2F){note}.", example=example)
+
+
+# The path parameters: the example says that a "/" is fine (schemathesis then generates %2F too).
+WorkflowId = Annotated[str, _segment("The workflow id", "order/42",
+                                     "; an id that is a route of its own (count) with a letter encoded: %63ount")]
+SignalName = Annotated[str, _segment("The signal's name", "payment/received")]
+QueryName = Annotated[str, _segment("The query handler's name", "cart/items")]
+UpdateName = Annotated[str, _segment("The update handler's name", "cart/add")]
+UpdateId = Annotated[str, _segment("The update's id", "mail/7731")]
+ScheduleId = Annotated[str, _segment("The schedule id", "team/nightly")]
 
 
 class ErrorOut(Schema):
@@ -27,8 +42,11 @@ class ErrorOut(Schema):
 
 
 class Body(Schema):
-    """A request body: a JSON object. (ninja's Schema reads the attributes of whatever it is given, so a list
-    would pass as an object of all defaults.)"""
+    """A request body: a JSON object of the fields the document names. (ninja's Schema reads the attributes of
+    whatever it is given, so a list would pass as an object of all defaults; and a misspelt field, ignored, would
+    look applied: ``idempotencyKey`` started a new run at each repeat.)"""
+
+    model_config = ConfigDict(extra="forbid")
 
     @model_validator(mode="before")
     @classmethod
@@ -140,18 +158,24 @@ class ChangedOut(Schema):
     changed: bool = Field(description="False when the run had already ended.")
 
 
-def as_json(value: Any) -> Any:
+# What stands for a part of a value nested deeper than MAX_DEPTH (stored before the limit was enforced).
+TOO_DEEP = f"(nested deeper than {MAX_DEPTH} levels: not shown)"
+
+
+def as_json(value: Any, depth: int = 0) -> Any:
     """``value`` with the Python types msgpack payloads may hold and JSON lacks made JSON: tuples and sets as
     lists, bytes as base64, dates and times as ISO 8601, timedeltas as seconds, decimals, UUIDs, inf and nan as
-    strings."""
+    strings; a container more than MAX_DEPTH levels down as :data:`TOO_DEEP`, so that any value renders."""
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)  # JSON has no inf or nan (Python's parser accepts them, so a client may send them)
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
+    if isinstance(value, CONTAINERS) and depth >= MAX_DEPTH:
+        return TOO_DEEP
     if isinstance(value, dict):
-        return {str(key): as_json(item) for key, item in value.items()}
+        return {str(key): as_json(item, depth + 1) for key, item in value.items()}
     if isinstance(value, (list, tuple, set, frozenset)):
-        return [as_json(item) for item in value]
+        return [as_json(item, depth + 1) for item in value]
     if isinstance(value, (bytes, bytearray, memoryview)):
         return base64.b64encode(bytes(value)).decode()
     if isinstance(value, (dt.datetime, dt.date, dt.time)):

@@ -4,20 +4,29 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
-from django.db import transaction
-from django.urls import URLPattern, path
+from django.urls import URLPattern, path, re_path
 
 from .app import api
 from .docs import docs
+from .routing import Dispatcher
 
 # Routes that wait for a run (they would not see it move inside the request's transaction) and bulk operations
 # (a transaction per run, by design): exempt from ATOMIC_REQUESTS.
 NON_ATOMIC = frozenset({"run_result", "run_update", "run_update_reply", "bulk"})
 
-urlpatterns: list[Any] = [*api.urls[0], path("docs", docs, name="docs")]
-for pattern in urlpatterns:
-    if isinstance(pattern, URLPattern) and pattern.name in NON_ATOMIC:
-        for alias in settings.DATABASES:
-            transaction.non_atomic_requests(using=alias)(pattern.callback)
+_ninja = [pattern for pattern in api.urls[0] if isinstance(pattern, URLPattern)]
+_document = [pattern for pattern in _ninja if pattern.name == "openapi-json"]
+_operations = [pattern for pattern in _ninja if pattern.name not in ("openapi-json", "api-root")]
+dispatch = Dispatcher(api, _operations, NON_ATOMIC)
+
+urlpatterns: list[Any] = [
+    *_document,
+    path("docs", docs, name="docs"),
+    # Every other path, ids with "/" and route words included, by the path as sent (django_weft.api.routing);
+    # "api-root" is the name ninja finds the API's prefix by.
+    path("", dispatch, name="api-root"),
+    re_path(r"^(?P<rest>[\s\S]+)$", dispatch, name="route"),  # not <path:>, whose "." stops at a newline
+    # Never reached (the pattern above takes every path): kept so that reverse("weft_api:<operation>") works.
+    *_operations,
+]
 app_name = api.urls_namespace  # "weft_api": reverse("weft_api:...")

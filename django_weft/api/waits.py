@@ -24,7 +24,18 @@ from ..storable import check_text
 from ..updates import UpdateHandle
 from .auth import require
 from .errors import ApiError
-from .schemas import ERRORS, Body, ErrorOut, RunOut, as_json, run_out
+from .schemas import (
+    ERRORS,
+    Body,
+    ErrorOut,
+    QueryName,
+    RunOut,
+    UpdateId,
+    UpdateName,
+    WorkflowId,
+    as_json,
+    run_out,
+)
 
 router = Router(tags=["runs"])
 
@@ -67,7 +78,7 @@ def _seconds(timeout: float) -> float:
 
 @router.get("runs/{workflow_id}/result", url_name="run_result", response={200: RunOut, 408: ErrorOut, **ERRORS},
             summary="Wait for the run to finish (completed, failed, cancelled or timed out: 200; still open: 408)")
-def result(request: HttpRequest, workflow_id: str, params: Query[WaitQuery]) -> dict[str, Any]:
+def result(request: HttpRequest, workflow_id: WorkflowId, params: Query[WaitQuery]) -> dict[str, Any]:
     require(request, "view_workflow")
     handle = client.get_handle(workflow_id)
     try:
@@ -81,7 +92,8 @@ def result(request: HttpRequest, workflow_id: str, params: Query[WaitQuery]) -> 
 
 @router.post("runs/{workflow_id}/queries/{name}", response={200: QueryOut, **ERRORS},
              summary="Ask a query handler (the run's state is replayed; nothing is written)")
-def query(request: HttpRequest, workflow_id: str, name: str, body: QueryIn | None = None) -> dict[str, Any]:
+def query(request: HttpRequest, workflow_id: WorkflowId, name: QueryName,
+          body: QueryIn | None = None) -> dict[str, Any]:
     require(request, "view_workflow")
     answer = client.get_handle(workflow_id).query(name, *(body.args if body else []))
     return {"result": as_json(answer)}
@@ -90,7 +102,8 @@ def query(request: HttpRequest, workflow_id: str, name: str, body: QueryIn | Non
 @router.post("runs/{workflow_id}/updates/{name}", url_name="run_update",
              response={200: UpdateOut, 408: PendingOut, **ERRORS},
              summary="Send an update and wait for its reply (408: not applied yet, ask again by update_id)")
-def update(request: HttpRequest, workflow_id: str, name: str, body: UpdateIn | None = None) -> dict[str, Any]:
+def update(request: HttpRequest, workflow_id: WorkflowId, name: UpdateName,
+           body: UpdateIn | None = None) -> dict[str, Any]:
     require(request, "signal_workflow")
     body = body or UpdateIn.model_validate({})
     sent = client.get_handle(workflow_id).start_update(name, body.payload, update_id=body.update_id)
@@ -100,7 +113,7 @@ def update(request: HttpRequest, workflow_id: str, name: str, body: UpdateIn | N
 @router.get("runs/{workflow_id}/updates/{name}/{update_id}", url_name="run_update_reply",
             response={200: UpdateOut, 408: PendingOut, **ERRORS},
             summary="An update's reply, waiting up to timeout for it (408: still pending)")
-def get_update(request: HttpRequest, workflow_id: str, name: str, update_id: str,
+def get_update(request: HttpRequest, workflow_id: WorkflowId, name: UpdateName, update_id: UpdateId,
                params: Query[WaitQuery]) -> dict[str, Any]:
     require(request, "view_workflow")
     for what, text in (("workflow_id", workflow_id), ("name", name), ("update_id", update_id)):

@@ -25,9 +25,14 @@ class CompleteIn(Body):
     result: Any = None
 
 
+class ErrorIn(Body):
+    message: str = Field(min_length=1, max_length=4000)
+    type: str | None = Field(None, min_length=1, max_length=4000, description="Default: AsyncActivityFailed.")
+
+
 class FailIn(Body):
     token: str = TOKEN
-    error: str | dict[str, Any] = Field(description='A message, or {"message": ..., "type": ...}.')
+    error: str | ErrorIn = Field(description='A message, or {"message": ..., "type": ...}.')
 
 
 class DoneOut(Schema):
@@ -49,4 +54,5 @@ def complete(request: HttpRequest, body: CompleteIn) -> dict[str, Any]:
 
 @router.post("fail", auth=None, response={200: DoneOut, **ERRORS}, summary="Fail an async activity")
 def fail(request: HttpRequest, body: FailIn) -> dict[str, Any]:
-    return _resolved("error", body.token, body.error)
+    error = body.error if isinstance(body.error, str) else body.error.model_dump(exclude_none=True)
+    return _resolved("error", body.token, error)

@@ -17,6 +17,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from django_weft import bulk
 from django_weft.client import WorkflowHandle
+from django_weft.codec import MAX_DEPTH
 from django_weft.exceptions import WeftError
 from django_weft.finding import list_runs
 from django_weft.management import runs_cli
@@ -193,6 +194,9 @@ class Command(BaseCommand):
                 payload = json.loads(options["payload"])
             except ValueError as exc:
                 raise CommandError(f"--payload is not JSON: {exc}") from None
+            except RecursionError:
+                raise CommandError(f"--payload nests more than {MAX_DEPTH} levels, the limit of every "
+                                   "payload") from None
             return [options["name"], payload], {"signal_id": options["signal_id"]}
         if action in ("cancel", "terminate", "suspend"):
             return [options["reason"]], {}

@@ -8,6 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from django_weft.client import signal
+from django_weft.codec import MAX_DEPTH
 from django_weft.exceptions import WeftError
 
 
@@ -26,6 +27,8 @@ class Command(BaseCommand):
             data = json.loads(payload)
         except ValueError as exc:
             raise CommandError(f"--payload is not JSON: {exc}") from None
+        except RecursionError:
+            raise CommandError(f"--payload nests more than {MAX_DEPTH} levels, the limit of every payload") from None
         try:
             delivered = signal(workflow_id, name, data, signal_id=signal_id)
         except WeftError as exc:
