@@ -75,3 +75,19 @@ def test_the_admin_run_page_shows_the_attempt_history(weft_env, staff_client):
     page = staff_client.get(reverse("admin:django_weft_workflow_change", args=[handle.run_id])).content.decode()
     assert "Attempt history" in page
     assert "failure 1 of admin" in page and "failure 2 of admin" in page
+
+
+def test_the_api_returns_each_steps_attempts(weft_env, api):
+    handle = retried_run(weft_env, "api")
+    weft.start("test.steps", {"key": "api-plain", "count": 2}, workflow_id="plain")
+    weft_env.drive()
+    body = api.get(f"runs/{handle.workflow_id}/steps").json()
+    [step] = body["results"]
+    assert (step["status"], step["attempt"], body["next"]) == ("completed", 3, None)
+    assert [(a["attempt"], a["outcome"]) for a in step["attempts"]] == [(1, "failed"), (2, "failed"),
+                                                                       (3, "completed")]
+    assert step["attempts"][0]["error"]["message"] == "failure 1 of api"
+    page = api.get("runs/plain/steps", {"limit": 1}).json()
+    assert [s["attempts"] for s in page["results"]] == [[]] and page["next"]
+    rest = api.get("runs/plain/steps", {"limit": 1, "cursor": page["next"]}).json()
+    assert [s["seq"] for s in rest["results"]] == [2] and rest["next"] is None

@@ -13,7 +13,7 @@ from ninja import Query, Router, Status
 
 from .. import client, finding, with_start
 from ..client import WorkflowHandle
-from ..models import Workflow
+from ..models import StepAttempt, Workflow, WorkflowStep
 from . import pages
 from .auth import caller, require
 from .errors import ApiError
@@ -34,9 +34,11 @@ from .schemas import (
     StartOrSignalIn,
     StartOrSignalOut,
     StartOut,
+    StepPage,
     WorkflowId,
     as_json,
     run_out,
+    step_out,
 )
 
 router = Router(tags=["runs"])
@@ -117,6 +119,30 @@ def start_or_signal(request: HttpRequest, body: StartOrSignalIn) -> Status:
 def get_run(request: HttpRequest, workflow_id: WorkflowId) -> dict[str, Any]:
     require(request, "view_workflow")
     return run_out(client.get_handle(workflow_id).refresh())
+
+
+@router.get("runs/{workflow_id}/steps", response={200: StepPage, **ERRORS},
+            summary="The journal of the latest run, in step order, with each step's attempt history")
+def steps(request: HttpRequest, workflow_id: WorkflowId, params: Query[PageQuery]) -> dict[str, Any]:
+    require(request, "view_workflow")
+    run = client.get_handle(workflow_id).refresh()
+    rows = WorkflowStep.objects.filter(run=run).order_by("seq")
+    if params.cursor:
+        rows = rows.filter(seq__gt=_seq_cursor(params.cursor))
+    found, following = pages.page(rows, params.limit, lambda step: [str(step.seq)])
+    history: dict[int, list[StepAttempt]] = {}
+    if found:
+        for row in StepAttempt.objects.filter(run=run, seq__gte=found[0].seq, seq__lte=found[-1].seq).order_by(
+                "seq", "attempt"):
+            history.setdefault(row.seq, []).append(row)
+    return {"results": [step_out(step, history.get(step.seq, [])) for step in found], "next": following}
+
+
+def _seq_cursor(cursor: str) -> int:
+    [seq] = pages.decode(cursor, 1)
+    if not seq.isdigit():
+        raise ApiError(422, "invalid_cursor", "cursor is not one this API returned")
+    return int(seq)
 
 
 @router.post("runs/{workflow_id}/signals/{name}", response={202: SignalOut, **ERRORS}, summary="Signal the open run")

@@ -16,7 +16,7 @@ from ninja import Path, Schema
 from pydantic import ConfigDict, Field, model_validator
 
 from ..codec import CONTAINERS, MAX_DEPTH, decode
-from ..models import Workflow
+from ..models import StepAttempt, Workflow, WorkflowStep
 
 ID = Field(min_length=1, max_length=255)
 
@@ -121,6 +121,35 @@ class RunOut(Schema):
     finished_at: dt.datetime | None
 
 
+class AttemptOut(Schema):
+    attempt: int
+    outcome: str = Field(description="completed, failed, timed_out, lost (with its executor), cancelled")
+    executor: str
+    started_at: dt.datetime | None = Field(description="Null for a lost attempt: its executor died unheard.")
+    finished_at: dt.datetime
+    error: dict[str, Any] | None = None
+
+
+class StepOut(Schema):
+    seq: int
+    kind: str
+    name: str
+    status: str
+    attempt: int
+    failure_category: str
+    started_at: dt.datetime
+    finished_at: dt.datetime | None
+    result: Any = None
+    error: dict[str, Any] | None = None
+    attempts: list[AttemptOut] = Field(description="The step's attempts when it took more than one (failed and "
+                                                   "retried, lost with their executor); empty otherwise.")
+
+
+class StepPage(Schema):
+    results: list[StepOut]
+    next: str | None = Field(description="The cursor of the next page (pass it as ?cursor=), null on the last.")
+
+
 class RunPage(Schema):
     results: list[RunOut]
     next: str | None = Field(description="The cursor of the next page (pass it as ?cursor=), null on the last.")
@@ -197,4 +226,14 @@ def run_out(run: Workflow) -> dict[str, Any]:
         "tags": list(run.tags or []), "search_attributes": as_json(run.search_attributes or {}),
         "parent_run_id": run.parent_id, "restarted_from": run.restarted_from_id,
         "created_at": run.created_at, "started_at": run.started_at, "finished_at": run.finished_at,
+    }
+
+
+def step_out(step: WorkflowStep, attempts: list[StepAttempt]) -> dict[str, Any]:
+    return {
+        "seq": step.seq, "kind": step.kind, "name": step.name, "status": step.status, "attempt": step.attempt,
+        "failure_category": step.failure_category, "started_at": step.started_at, "finished_at": step.finished_at,
+        "result": as_json(decode(step.result)) if step.result is not None else None, "error": step.error,
+        "attempts": [{"attempt": a.attempt, "outcome": a.outcome, "executor": a.executor, "started_at": a.started_at,
+                      "finished_at": a.finished_at, "error": a.error} for a in attempts],
     }
