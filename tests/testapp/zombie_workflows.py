@@ -18,7 +18,8 @@ import django_weft as weft
 from .workflows import mark
 
 
-@weft.activity(retry=weft.RetryPolicy(max_attempts=1))
+# Attempts lost with a frozen or killed process count (design 9.1): room for them.
+@weft.activity(retry=weft.RetryPolicy(max_attempts=5))
 def note(key: str) -> int:
     """Records that it ran, in this process; returns the pid."""
     mark(key)
@@ -29,11 +30,11 @@ class GateTimeout(Exception):
     pass
 
 
-@weft.activity(retry=weft.RetryPolicy(max_attempts=1))
+@weft.activity(retry=weft.RetryPolicy(max_attempts=5, non_retryable=(GateTimeout,)))
 def gate(spec: dict) -> int:
     """Marks ``key:start``, blocks until ``spec['path']`` exists, marks ``key:end``; returns the pid.
 
-    Never retried: a gate that is never opened fails the run (after ``max_wait`` seconds of its own
+    Not retried after an error: a gate that is never opened fails the run (after ``max_wait`` seconds of its own
     time), so a broken test shows up as a failed run rather than as a pass.
     """
     mark(spec["key"] + ":start")
