@@ -15,7 +15,9 @@ import django_weft as weft
 from .models import Execution
 
 
-@weft.activity(name="soak.step")
+# Attempts lost with a killed process count (design 9.1): a step the soak's kills catch again and again must not
+# run out of attempts before the soak ends.
+@weft.activity(name="soak.step", retry=weft.RetryPolicy(max_attempts=20))
 def soak_step(key: str) -> str:
     Execution.objects.create(key=key, pid=os.getpid())
     return key
