@@ -9,7 +9,7 @@ policies) is :mod:`django_weft.schedule_tick`; its entry points are importable f
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -35,7 +35,7 @@ from .models import (
     ScheduleStatus,
     Workflow,
 )
-from .occurrences import check_cron, parse_zone
+from .occurrences import check_cron, count_between, parse_zone
 from .registry import get_workflow
 from .schedule_tick import (  # noqa: F401
     # the tick's entry points and limits stay importable from here (the maintenance loop, django_weft.testing)
@@ -198,8 +198,8 @@ def _locked(schedule: Schedule) -> Schedule:
 
 
 def _refresh(target: Schedule, source: Schedule) -> None:
-    for field in Schedule._meta.concrete_fields:
-        setattr(target, field.attname, getattr(source, field.attname))
+    for column in Schedule._meta.concrete_fields:
+        setattr(target, column.attname, getattr(source, column.attname))
 
 
 def _drop_queue(schedule: Schedule, now: datetime, why: str) -> list[ScheduleOccurrence]:
@@ -261,9 +261,18 @@ UPDATABLE = {"input", "cron", "every", "timezone", "overlap", "backfill", "catch
              "end_at"}
 
 
+# What decides when occurrences fall due: an edit of one of these moves the next occurrence.
+TIMING = ("cron", "every", "timezone", "start_at", "end_at", "jitter")
+
+
 def update(schedule: Schedule, **changes: Any) -> None:
     """Change a schedule in place. Giving ``cron`` or ``every`` replaces the cadence (the other is cleared);
-    options left out keep their values. The next occurrence is recomputed from now."""
+    options left out keep their values.
+
+    Occurrences that fell due before the edit and that no tick has decided yet are decided first, as a tick
+    would decide them now (the catch-up policy, the ledger), with the edited options on the timing they fell
+    due by. Then a change of timing (cadence, time zone, bounds, jitter) moves the next occurrence to the
+    first one after now; any other change keeps it."""
     unknown = set(changes) - UPDATABLE
     if unknown:
         raise InvalidArgument(f"cannot update {sorted(unknown)}; updatable: {sorted(UPDATABLE)}")
@@ -271,28 +280,70 @@ def update(schedule: Schedule, **changes: Any) -> None:
     with transaction.atomic():
         locked = _locked(schedule)
         current = ScheduleSpec.of(locked)
-        values = {"cron": current.cron or None, "every": current.every, "timezone": current.timezone,
-                  "overlap": current.overlap, "backfill": current.backfill,
-                  "catchup_window": current.catchup_window, "jitter": current.jitter,
-                  "start_at": current.start_at, "end_at": current.end_at}
-        if "cron" in changes or "every" in changes:
-            values["cron"], values["every"] = changes.pop("cron", None), changes.pop("every", None)
-        data = encode(changes.pop("input"), what=f"input of schedule {locked.schedule_id!r}") \
-            if "input" in changes else locked.input
-        values.update(changes)
-        spec = ScheduleSpec.check(**values)
-        cadence_changed = (spec.cron, spec.every, spec.timezone, spec.start_at) != (
+        spec, data = _edited(locked, current, changes)
+        retimed = _timing(spec) != _timing(current)
+        if locked.status == ScheduleStatus.ACTIVE:
+            _settle_due(locked, now, replace(spec, **_timing(current)), data, retimed=retimed)
+        recadenced = (spec.cron, spec.every, spec.timezone, spec.start_at) != (
             current.cron, current.every, current.timezone, current.start_at)
         spec.apply(locked)
         locked.input = data
-        if cadence_changed and locked.every is not None:
+        if recadenced and locked.every is not None:
             locked.anchor = locked.start_at or now  # an interval re-anchors when its cadence changes
         if locked.status == ScheduleStatus.ACTIVE:
-            set_next(locked, cadence_of(locked).next_after(now))
+            if retimed:
+                set_next(locked, cadence_of(locked).next_after(now))
             wakeups.schedule_due(locked.due_at, now)
         locked.updated_at = now
         locked.save()
     _refresh(schedule, locked)
+
+
+def _edited(schedule: Schedule, current: ScheduleSpec,
+            changes: dict[str, Any]) -> tuple[ScheduleSpec, bytes | memoryview | None]:
+    """The validated options and encoded input of ``schedule`` once ``changes`` apply."""
+    values = {"cron": current.cron or None, "every": current.every, "timezone": current.timezone,
+              "overlap": current.overlap, "backfill": current.backfill, "catchup_window": current.catchup_window,
+              "jitter": current.jitter, "start_at": current.start_at, "end_at": current.end_at}
+    changes = dict(changes)
+    if "cron" in changes or "every" in changes:
+        values["cron"], values["every"] = changes.pop("cron", None), changes.pop("every", None)
+    data = encode(changes.pop("input"), what=f"input of schedule {schedule.schedule_id!r}") \
+        if "input" in changes else schedule.input
+    values.update(changes)
+    return ScheduleSpec.check(**values), data
+
+
+def _timing(spec: ScheduleSpec) -> dict[str, Any]:
+    return {name: getattr(spec, name) for name in TIMING}
+
+
+def _settle_due(schedule: Schedule, now: datetime, options: ScheduleSpec, data: bytes | memoryview | None, *,
+                retimed: bool) -> None:
+    """Decide the occurrences of ``schedule`` that fell due before an edit, as a tick now would, with the
+    edited ``options`` (input, overlap, backfill, catch-up window) on the timing they fell due by: an edit
+    that recomputes the next occurrence from now would otherwise drop them unrecorded."""
+    if schedule.due_at is None or schedule.due_at > now:
+        return
+    options.apply(schedule)
+    schedule.input = data
+    occurrences = ScheduleTicker(schedule, now)
+    occurrences.tick()
+    if retimed and schedule.next_fire_at is not None and schedule.next_fire_at <= now:
+        _count_backlog_as_missed(occurrences, now)
+
+
+def _count_backlog_as_missed(occurrences: ScheduleTicker, now: datetime) -> None:
+    """A backfill runs at most MAX_OCCURRENCES_PER_TICK per tick; what the settling tick left of a longer
+    backlog is counted as missed, since the old timing that would have brought it back is gone."""
+    schedule = occurrences.schedule
+    first = schedule.next_fire_at
+    assert first is not None
+    count = count_between(cadence_of(schedule), first - timedelta(microseconds=1), now)
+    occurrences.missed(first, now, count, OccurrenceOutcome.MISSED,
+                       f"{count} occurrence(s) from {first.isoformat()} to {now.isoformat()} not run: the "
+                       f"schedule's timing changed while they were due (a tick runs at most "
+                       f"{MAX_OCCURRENCES_PER_TICK})")
 
 
 def trigger(schedule: Schedule) -> Workflow | None:

@@ -32,6 +32,43 @@ def ledger(schedule_id):
                 .values_list("scheduled_for", "outcome", "count"))
 
 
+# --- an edit while an occurrence is due ---------------------------------------------------------------
+
+
+def test_an_update_keeps_the_occurrence_that_is_due_but_not_ticked_yet():
+    with WeftTestEnv(start=EVENING):
+        schedule = weft.create_schedule("edited", "test.collect", 0, cron="*/1 * * * *", timezone="UTC")
+    with WeftTestEnv(start=MINUTE + timedelta(milliseconds=400)) as env:
+        schedule.update(overlap="allow_all")  # before the tick at 19:15 came
+        assert schedule.next_fire_at == MINUTE + timedelta(minutes=1)
+        env.drive()
+    assert [run.scheduled_for for run in runs("edited")] == [MINUTE]
+    assert ledger("edited") == [(MINUTE, "started", 1)]
+
+
+def test_an_update_that_changes_nothing_of_the_timing_keeps_the_next_occurrence():
+    with WeftTestEnv(start=EVENING):
+        schedule = weft.create_schedule("kept", "test.collect", 0, every=timedelta(minutes=10), backfill=True)
+        first = schedule.next_fire_at
+    with WeftTestEnv(start=first + timedelta(minutes=3)) as env:
+        schedule.update(input=5)  # the 19:24:40 occurrence was due, unticked: it runs now, with the new input
+        assert schedule.next_fire_at == first + timedelta(minutes=10)
+        env.drive()
+    assert [(run.scheduled_for, run.decoded_input) for run in runs("kept")] == [(first, 5)]
+
+
+def test_a_backlog_beyond_one_tick_is_counted_when_the_cadence_changes():
+    with WeftTestEnv(start=EVENING):
+        schedule = weft.create_schedule("backlog", "test.collect", 0, every=timedelta(seconds=1), backfill=True,
+                                        overlap="allow_all")
+    with WeftTestEnv(start=EVENING + timedelta(seconds=300, milliseconds=500)):
+        schedule.update(every=timedelta(minutes=1))
+    decided = ledger("backlog")
+    assert sum(count for _, outcome, count in decided if outcome == "started") == 256
+    assert [(outcome, count) for _, outcome, count in decided if outcome != "started"] == [("missed", 44)]
+    assert weft.get_schedule("backlog").missed_fire_count == 44
+
+
 # --- an occurrence that already has a run ------------------------------------------------------------
 
 
