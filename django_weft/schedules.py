@@ -9,7 +9,7 @@ policies) is :mod:`django_weft.schedule_tick`; its entry points are importable f
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -17,7 +17,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 
 from . import clock, transitions, wakeups
-from .codec import encode
+from .codec import decode, encode
 from .conf import weft_settings
 from .durations import check_moment, to_seconds
 from .exceptions import (
@@ -404,16 +404,24 @@ SETTING_KEYS = {"workflow", "input", "cron", "every", "timezone", "overlap", "ba
                 "start_at", "end_at"}
 
 
+# What an option left out of a WEFT_SCHEDULES entry means (create_schedule's defaults).
+SETTING_DEFAULTS: dict[str, Any] = {"input": None, "timezone": None, "overlap": OverlapPolicy.SKIP, "backfill": False,
+                                    "catchup_window": None, "jitter": None, "start_at": None, "end_at": None}
+
+
 @dataclass
 class SyncReport:
     created: list[str]
     updated: list[str]
     paused: list[str]
+    unchanged: list[str] = field(default_factory=list)
 
 
 def sync_schedules(definitions: dict[str, dict] | None = None) -> SyncReport:
-    """Make the database match WEFT_SCHEDULES: create or update each schedule in place, and pause (never
-    delete) the ones that were defined there and no longer are."""
+    """Make the database match WEFT_SCHEDULES: create each schedule, update in place the ones that differ
+    from their entry, leave the others alone, and pause (never delete) the ones that were defined there and
+    no longer are. It runs at every start of weft_maintenance: a schedule left alone keeps its next
+    occurrence, so one that fell due while no process ran is decided by its own catch-up policy."""
     from .exceptions import ConfigurationError
 
     definitions = weft_settings.SCHEDULES if definitions is None else definitions
@@ -426,34 +434,58 @@ def sync_schedules(definitions: dict[str, dict] | None = None) -> SyncReport:
         unknown = set(options) - SETTING_KEYS
         if unknown:
             raise ConfigurationError(f"WEFT_SCHEDULES[{schedule_id!r}] has unknown option(s) {sorted(unknown)}")
-        fields = dict(options)
-        workflow = fields.pop("workflow")
         try:
-            existing = Schedule.objects.filter(schedule_id=schedule_id).first()
-            if existing is None:
-                with transaction.atomic():
-                    created = create_schedule(schedule_id, workflow, **fields)
-                    Schedule.objects.filter(pk=created.pk).update(from_settings=True)
-                report.created.append(schedule_id)
-                continue
-            with transaction.atomic():
-                fields.setdefault("input", None)
-                for key in ("timezone", "overlap", "backfill", "catchup_window", "jitter", "start_at", "end_at"):
-                    fields.setdefault(key, {"overlap": OverlapPolicy.SKIP, "backfill": False}.get(key))
-                update(existing, **fields)
-                Schedule.objects.filter(pk=existing.pk).update(
-                    workflow_type=get_workflow(workflow).name, from_settings=True)
-                if existing.status == ScheduleStatus.PAUSED and existing.note == REMOVED_NOTE:
-                    resume(existing)
-            report.updated.append(schedule_id)
+            outcome = _sync_one(schedule_id, options)
         except WeftError as exc:
             raise ConfigurationError(f"WEFT_SCHEDULES[{schedule_id!r}]: {exc}") from exc
+        getattr(report, outcome).append(schedule_id)
     gone = Schedule.objects.filter(from_settings=True, status=ScheduleStatus.ACTIVE).exclude(
         schedule_id__in=list(definitions))
     for schedule in gone:
         pause(schedule, REMOVED_NOTE)
         report.paused.append(schedule.schedule_id)
     return report
+
+
+def _sync_one(schedule_id: str, options: dict[str, Any]) -> str:
+    """Create, update or leave alone one schedule of WEFT_SCHEDULES; returns which (a SyncReport field)."""
+    fields = {**SETTING_DEFAULTS, **options}
+    workflow_type = get_workflow(fields.pop("workflow")).name
+    with transaction.atomic():
+        if not Schedule.objects.filter(schedule_id=schedule_id).exists():
+            try:
+                created = create_schedule(schedule_id, workflow_type, **fields)
+            except ScheduleAlreadyExists:
+                pass  # another process starting at the same time created it: compare with its row below
+            else:
+                Schedule.objects.filter(pk=created.pk).update(from_settings=True)
+                return "created"
+        existing = Schedule.objects.select_for_update().get(schedule_id=schedule_id)
+        if _defined_as(existing, workflow_type, fields):
+            return "unchanged"
+        Schedule.objects.filter(pk=existing.pk).update(workflow_type=workflow_type, from_settings=True)
+        update(existing, **fields)  # reads the row again: what fell due is decided with the new workflow
+        if existing.status == ScheduleStatus.PAUSED and existing.note == REMOVED_NOTE:
+            resume(existing)
+    return "updated"
+
+
+def _defined_as(schedule: Schedule, workflow_type: str, fields: dict[str, Any]) -> bool:
+    """Whether ``schedule`` already is what its WEFT_SCHEDULES entry (``fields``, defaults filled) defines."""
+    spec = ScheduleSpec.check(cron=fields.get("cron"), every=fields.get("every"), timezone=fields["timezone"],
+                              overlap=fields["overlap"], backfill=fields["backfill"],
+                              catchup_window=fields["catchup_window"], jitter=fields["jitter"],
+                              start_at=fields["start_at"], end_at=fields["end_at"])
+    removed = schedule.status == ScheduleStatus.PAUSED and schedule.note == REMOVED_NOTE
+    return (schedule.from_settings and not removed and schedule.workflow_type == workflow_type
+            and ScheduleSpec.of(schedule) == spec and _same_input(schedule, fields["input"]))
+
+
+def _same_input(schedule: Schedule, wanted: Any) -> bool:
+    stored = bytes(schedule.input) if schedule.input is not None else None
+    data = encode(wanted, what=f"input of schedule {schedule.schedule_id!r}")
+    # Equal values may encode differently (a set's order changes between processes): compare them decoded too.
+    return stored == data or (stored is not None and decode(stored) == wanted)
 
 
 # The model's convenience methods (``schedule.pause()``...) and the state writer's hook for runs a schedule

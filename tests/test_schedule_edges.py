@@ -8,18 +8,27 @@ ScheduleOccurrence row (design §9.1, "Settings schedules survive restarts").
 from __future__ import annotations
 
 import datetime as dt
+import threading
 from datetime import UTC, timedelta
+from io import StringIO
 
 import pytest
+from django.core.management import call_command
+from django.db import connection
+from django.db.models.signals import pre_save
+from django.test import override_settings
 
 import django_weft as weft
-from django_weft.models import ScheduleOccurrence, Workflow
+from django_weft import signals
+from django_weft.models import Schedule, ScheduleOccurrence, Workflow
+from django_weft.schedules import sync_schedules
 from django_weft.testing import WeftTestEnv
 
 pytestmark = pytest.mark.django_db
 
 EVENING = dt.datetime(2026, 6, 1, 19, 14, 40, tzinfo=UTC)
 MINUTE = dt.datetime(2026, 6, 1, 19, 15, tzinfo=UTC)  # the occurrence that falls due while nothing runs
+RESTART = dt.datetime(2026, 6, 1, 19, 15, 18, tzinfo=UTC)
 
 
 def runs(schedule_id):
@@ -30,6 +39,169 @@ def ledger(schedule_id):
     """(scheduled_for, outcome, count) of every decision, in order."""
     return list(ScheduleOccurrence.objects.filter(schedule__schedule_id=schedule_id).order_by("scheduled_for", "id")
                 .values_list("scheduled_for", "outcome", "count"))
+
+
+def sync(definitions, now):
+    """What weft_maintenance does at start, at ``now``: sync WEFT_SCHEDULES; returns what it printed."""
+    out = StringIO()
+    with WeftTestEnv(start=now), override_settings(WEFT_SCHEDULES=definitions):
+        call_command("weft_schedules", "sync", stdout=out)
+    return out.getvalue()
+
+
+def first_pass(now):
+    """The restarted loop's first pass (its tick and its runs), at ``now``."""
+    with WeftTestEnv(start=now) as env:
+        env.drive()
+
+
+@pytest.fixture
+def missed_signals():
+    sent = []
+    signals.schedule_missed_fire.connect(lambda **kw: sent.append(kw), weak=False, dispatch_uid="edges")
+    yield sent
+    signals.schedule_missed_fire.disconnect(dispatch_uid="edges")
+
+
+def every_minute(**options):
+    return {"workflow": "test.collect", "input": 0, "cron": "*/1 * * * *", "timezone": "UTC", **options}
+
+
+# --- a restart (the WEFT_SCHEDULES sync at every start) --------------------------------------------------
+
+
+def test_a_restart_leaves_an_unchanged_settings_schedule_alone_and_its_missed_occurrence_runs():
+    """The issue's case: stopped at 19:14:40, restarted at 19:15:18, with backfill: the 19:15 occurrence
+    runs (the sync used to move next_fire_at to 19:16, leaving no run and no trace)."""
+    definitions = {"minutely": every_minute(backfill=True)}
+    assert "created 1" in sync(definitions, EVENING)
+    printed = sync(definitions, RESTART)
+    assert "updated 0" in printed and "unchanged 1" in printed
+    schedule = weft.get_schedule("minutely")
+    assert schedule.next_fire_at == MINUTE, "the unchanged schedule keeps its next occurrence"
+    first_pass(RESTART)
+    assert [run.scheduled_for for run in runs("minutely")] == [MINUTE]
+    assert ledger("minutely") == [(MINUTE, "started", 1)]
+
+
+def test_a_restart_without_backfill_counts_the_occurrence_as_missed_as_for_a_schedule_made_in_code(
+        django_capture_on_commit_callbacks, missed_signals):
+    definitions = {"minutely": every_minute()}
+    sync(definitions, EVENING)
+    with WeftTestEnv(start=EVENING):
+        weft.create_schedule("in-code", "test.collect", 0, cron="*/1 * * * *", timezone="UTC")
+    sync(definitions, RESTART)
+    with django_capture_on_commit_callbacks(execute=True):
+        first_pass(RESTART)
+    for schedule_id in ("minutely", "in-code"):
+        schedule = weft.get_schedule(schedule_id)
+        assert runs(schedule_id) == []
+        assert ledger(schedule_id) == [(MINUTE, "missed", 1)]
+        assert (schedule.missed_fire_count, schedule.last_missed_fire_at) == (1, MINUTE)
+    assert sorted((kw["schedule"].schedule_id, kw["count"], kw["window_start"]) for kw in missed_signals) == [
+        ("in-code", 1, MINUTE), ("minutely", 1, MINUTE)]
+
+
+def test_a_deploy_that_restarts_the_only_process_at_3_does_not_skip_the_nightly_job():
+    definitions = {"nightly": {"workflow": "test.collect", "input": 0, "cron": "0 3 * * *",
+                               "timezone": "Europe/Berlin", "backfill": True, "catchup_window": timedelta(hours=2)}}
+    three = dt.datetime(2026, 6, 2, 1, 0, tzinfo=UTC)  # 03:00 in Berlin (CEST)
+    sync(definitions, three - timedelta(seconds=20))
+    sync(definitions, three + timedelta(seconds=40))
+    first_pass(three + timedelta(seconds=40))
+    assert [run.scheduled_for for run in runs("nightly")] == [three]
+    assert weft.get_schedule("nightly").next_fire_at == three + timedelta(days=1)
+
+
+def test_a_restart_keeps_the_occurrence_of_an_interval_schedule():
+    definitions = {"sync-crm": {"workflow": "test.collect", "input": 0, "every": timedelta(minutes=10),
+                                "backfill": True}}
+    sync(definitions, EVENING)
+    created = weft.get_schedule("sync-crm")
+    due = EVENING + timedelta(minutes=10)
+    assert created.next_fire_at == due
+    sync(definitions, due + timedelta(seconds=30))
+    schedule = weft.get_schedule("sync-crm")
+    assert (schedule.anchor, schedule.next_fire_at) == (created.anchor, due)
+    first_pass(due + timedelta(seconds=30))
+    assert [run.scheduled_for for run in runs("sync-crm")] == [due]
+
+
+def test_the_sync_reports_only_real_changes():
+    definitions = {"a": every_minute(), "b": every_minute(input=1)}
+    assert "created 2, updated 0, unchanged 0, paused 0" in sync(definitions, EVENING)
+    assert "created 0, updated 0, unchanged 2, paused 0" in sync(definitions, EVENING + timedelta(seconds=5))
+    changed = {"a": every_minute(), "b": every_minute(input=2)}
+    assert "created 0, updated 1, unchanged 1, paused 0" in sync(changed, EVENING + timedelta(seconds=10))
+    assert weft.get_schedule("b").decoded_input == 2
+    assert "created 0, updated 0, unchanged 1, paused 1" in sync({"a": every_minute()}, EVENING + timedelta(seconds=15))
+    assert "created 0, updated 1, unchanged 1, paused 0" in sync(changed, EVENING + timedelta(seconds=20))
+    assert weft.get_schedule("b").status == "active", "defined again: resumed"
+
+
+def test_a_changed_settings_schedule_still_decides_what_fell_due_before_the_change():
+    """A deploy that changes the input: the occurrence that fell due while the process was down runs (with
+    the input the deployed code expects), then the schedule goes on."""
+    sync({"minutely": every_minute(backfill=True)}, EVENING)
+    printed = sync({"minutely": every_minute(backfill=True, input=2)}, RESTART)
+    assert "updated 1" in printed
+    [run] = runs("minutely")
+    assert (run.scheduled_for, run.decoded_input) == (MINUTE, 2)
+    assert ledger("minutely") == [(MINUTE, "started", 1)]
+    assert weft.get_schedule("minutely").next_fire_at == MINUTE + timedelta(minutes=1)
+
+
+def test_a_new_cadence_applies_from_now_after_the_old_one_decided_what_fell_due(missed_signals,
+                                                                                 django_capture_on_commit_callbacks):
+    sync({"report": every_minute(cron="15 19 * * *")}, EVENING)
+    with django_capture_on_commit_callbacks(execute=True):
+        sync({"report": every_minute(cron="45 19 * * *")}, RESTART)
+    schedule = weft.get_schedule("report")
+    assert ledger("report") == [(MINUTE, "missed", 1)], "late, no backfill: counted as missed, not dropped"
+    assert schedule.missed_fire_count == 1 and [kw["count"] for kw in missed_signals] == [1]
+    assert schedule.next_fire_at == MINUTE + timedelta(minutes=30)
+
+
+def test_two_processes_starting_at_once_create_a_new_settings_schedule_once(transactional_db, row_locks):
+    """Both see no row; the second one's insert fails on the unique id: it compares with the row the
+    first one created instead of stopping weft_maintenance with an error."""
+    definitions = {"fresh": every_minute()}
+    reports = {}
+
+    def second_process() -> None:
+        try:
+            reports["second"] = sync_schedules(definitions)
+        finally:
+            connection.close()
+
+    def meanwhile(sender, instance, **kwargs):
+        if instance.schedule_id == "fresh" and "second" not in reports and threading.current_thread() is main:
+            other = threading.Thread(target=second_process)
+            other.start()
+            other.join(60)
+
+    main = threading.current_thread()
+    pre_save.connect(meanwhile, sender=Schedule, dispatch_uid="edges-race")
+    try:
+        reports["first"] = sync_schedules(definitions)
+    finally:
+        pre_save.disconnect(dispatch_uid="edges-race")
+    assert reports["second"].created == ["fresh"]
+    assert reports["first"].unchanged == ["fresh"]
+    assert Schedule.objects.filter(schedule_id="fresh", from_settings=True).count() == 1
+
+
+def test_removing_the_last_settings_schedule_pauses_it_at_the_next_start():
+    """weft_maintenance synced only when WEFT_SCHEDULES was non-empty: emptying it left the schedules it had
+    defined active for good."""
+    pytest.importorskip("django_celery_beat")
+    sync({"minutely": every_minute()}, EVENING)
+    out = StringIO()
+    with override_settings(WEFT_SCHEDULES={}):
+        call_command("weft_maintenance", "--install-beat", stdout=out)  # syncs, as at every start
+    schedule = weft.get_schedule("minutely")
+    assert (schedule.status, schedule.note) == ("paused", "removed from WEFT_SCHEDULES")
+    assert "paused 1" in out.getvalue()
 
 
 # --- an edit while an occurrence is due ---------------------------------------------------------------
