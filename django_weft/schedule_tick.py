@@ -339,11 +339,12 @@ def _tick_one(schedule: Schedule, now: datetime) -> int:
         fresh = Schedule.objects.get(pk=schedule.pk)
         fresh.status = ScheduleStatus.PAUSED
         fresh.note = storable_text(f"paused after an error at {now.isoformat()}: {type(exc).__name__}: {exc}")[:2000]
+        failed = fresh.next_fire_at or now  # the occurrence the tick was deciding (pausing clears next_fire_at)
         set_next(fresh, None)
         fresh.updated_at = now
         fresh.save()
-        ScheduleOccurrence.objects.create(schedule=fresh, scheduled_for=fresh.next_fire_at or now,
-                                          outcome=OccurrenceOutcome.ERROR, detail=fresh.note, decided_at=now)
+        ScheduleOccurrence.objects.create(schedule=fresh, scheduled_for=failed, outcome=OccurrenceOutcome.ERROR,
+                                          detail=fresh.note, decided_at=now)
         return 0
     return occurrences.started
 

@@ -210,8 +210,23 @@ def _drop_queue(schedule: Schedule, now: datetime, why: str) -> list[ScheduleOcc
     return dropped
 
 
+def _drop_due(schedule: Schedule, now: datetime, why: str) -> list[ScheduleOccurrence]:
+    """The trace of the occurrences that fell due and that no tick decided, which pausing or cancelling the
+    schedule drops (they would vanish with next_fire_at otherwise)."""
+    first = schedule.next_fire_at
+    if first is None or schedule.due_at is None or schedule.due_at > now:
+        return []
+    # Counted up to a bound: a cron's occurrences are counted one by one, and months of them take minutes.
+    count = count_between(cadence_of(schedule), first - timedelta(microseconds=1), now, cap=MAX_OCCURRENCES_PER_TICK)
+    many = f"{count} or more" if count == MAX_OCCURRENCES_PER_TICK else str(count)
+    return [ScheduleOccurrence(schedule=schedule, scheduled_for=first, outcome=OccurrenceOutcome.PAUSED, count=count,
+                               detail=f"{many} occurrence(s) due from {first.isoformat()} to {now.isoformat()} not "
+                                      f"started: {why}", decided_at=now)]
+
+
 def pause(schedule: Schedule, note: str = "") -> None:
-    """Stop firing until resume(); buffered occurrences are dropped (and traced)."""
+    """Stop firing until resume(); buffered occurrences, and those due that no tick decided yet, are dropped
+    (and traced)."""
     if not isinstance(note, str) or len(note) > 2000:
         raise InvalidArgument("a pause note must be a string of at most 2000 characters")
     check_text(note, "the pause note")
@@ -221,7 +236,8 @@ def pause(schedule: Schedule, note: str = "") -> None:
         if locked.status == ScheduleStatus.CANCELLED:
             raise TransitionNotAllowed(f"schedule {locked.schedule_id!r} is cancelled; it cannot be paused")
         locked.status, locked.note = ScheduleStatus.PAUSED, note or "paused"
-        ScheduleOccurrence.objects.bulk_create(_drop_queue(locked, now, "schedule paused"))
+        ScheduleOccurrence.objects.bulk_create([*_drop_due(locked, now, "schedule paused"),
+                                                *_drop_queue(locked, now, "schedule paused")])
         set_next(locked, None)
         locked.updated_at = now
         locked.save()
@@ -250,7 +266,8 @@ def cancel(schedule: Schedule) -> None:
     with transaction.atomic():
         locked = _locked(schedule)
         locked.status = ScheduleStatus.CANCELLED
-        ScheduleOccurrence.objects.bulk_create(_drop_queue(locked, now, "schedule cancelled"))
+        ScheduleOccurrence.objects.bulk_create([*_drop_due(locked, now, "schedule cancelled"),
+                                                *_drop_queue(locked, now, "schedule cancelled")])
         set_next(locked, None)
         locked.updated_at = now
         locked.save()

@@ -197,7 +197,7 @@ def test_removing_the_last_settings_schedule_pauses_it_at_the_next_start():
     pytest.importorskip("django_celery_beat")
     sync({"minutely": every_minute()}, EVENING)
     out = StringIO()
-    with override_settings(WEFT_SCHEDULES={}):
+    with WeftTestEnv(start=RESTART), override_settings(WEFT_SCHEDULES={}):
         call_command("weft_maintenance", "--install-beat", stdout=out)  # syncs, as at every start
     schedule = weft.get_schedule("minutely")
     assert (schedule.status, schedule.note) == ("paused", "removed from WEFT_SCHEDULES")
@@ -239,6 +239,28 @@ def test_a_backlog_beyond_one_tick_is_counted_when_the_cadence_changes():
     assert sum(count for _, outcome, count in decided if outcome == "started") == 256
     assert [(outcome, count) for _, outcome, count in decided if outcome != "started"] == [("missed", 44)]
     assert weft.get_schedule("backlog").missed_fire_count == 44
+
+
+@pytest.mark.parametrize("operation", ["pause", "cancel"])
+def test_pausing_or_cancelling_traces_the_occurrence_that_was_due_and_not_ticked(operation):
+    with WeftTestEnv(start=EVENING):
+        schedule = weft.create_schedule("stopped", "test.collect", 0, cron="*/1 * * * *", timezone="UTC")
+    with WeftTestEnv(start=MINUTE + timedelta(minutes=2, milliseconds=400)) as env:
+        getattr(schedule, operation)()
+        env.drive()
+    assert runs("stopped") == []
+    [(scheduled_for, outcome, count)] = ledger("stopped")
+    assert (scheduled_for, outcome, count) == (MINUTE, "paused", 3)
+    assert f"schedule {operation}" in ScheduleOccurrence.objects.get(schedule=schedule).detail
+
+
+def test_a_tick_error_is_recorded_at_the_occurrence_that_failed():
+    with WeftTestEnv(start=EVENING):
+        schedule = weft.create_schedule("broken", "test.collect", 0, cron="*/1 * * * *", timezone="UTC",
+                                        backfill=True)
+        Schedule.objects.filter(pk=schedule.pk).update(workflow_type="retired.workflow")
+        weft.run_maintenance(now=MINUTE + timedelta(seconds=30))
+    assert ledger("broken") == [(MINUTE, "error", 1)]
 
 
 # --- an occurrence that already has a run ------------------------------------------------------------
@@ -294,3 +316,18 @@ def test_a_late_tick_does_not_count_an_occurrence_that_a_trigger_started_as_miss
     assert ledger("late") == [(MINUTE, "started", 1), (MINUTE, "skipped", 1),
                               (MINUTE + timedelta(minutes=1), "missed", 5)]
     assert (schedule.missed_fire_count, schedule.last_missed_fire_at) == (5, MINUTE + timedelta(minutes=5))
+
+
+# --- an occurrence at the end of weft_env.advance() -----------------------------------------------------
+
+
+def test_a_run_started_at_the_very_end_of_advance_is_driven_as_far_as_it_can_go(weft_env):
+    """A guard (it passes on the code before this change too: the issue's report did not reproduce here):
+    the occurrence falls due at exactly now + delta; its run, its child and the parent's resumption all
+    happen at that instant, so advance() leaves nothing runnable behind."""
+    schedule = weft.create_schedule("at-the-end", "test.parent", {"key": "end"}, every=timedelta(minutes=1))
+    weft_env.advance(schedule.due_at - weft_env.now())
+    [run] = runs("at-the-end")
+    assert run.status == "completed" and weft_env.now() == run.scheduled_for
+    report = weft_env.drive()
+    assert not (report.claimed or report.schedules_fired)
