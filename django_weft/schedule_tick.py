@@ -12,6 +12,7 @@ in :mod:`django_weft.schedules`, which uses :class:`ScheduleTicker` for the occu
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from contextlib import ExitStack
 from datetime import datetime, timedelta
 from typing import cast
@@ -89,6 +90,9 @@ class ScheduleTicker:
 
     def decide(self, moment: datetime, *, detail: str = "") -> Workflow | None:
         """Apply the overlap policy to occurrence ``moment``; start a run if it allows."""
+        if self.traced_as_started(moment, detail=detail):
+            # Before the policy: cancel_other would cancel the occurrence's own run, a buffer would hold it.
+            return None
         schedule, policy = self.schedule, self.schedule.overlap
         open_run = None if policy == OverlapPolicy.ALLOW_ALL else self._open_run()
         if open_run is not None:
@@ -109,6 +113,27 @@ class ScheduleTicker:
                                termination_reason=transitions.SCHEDULE_OVERLAP)
         return self.start(moment, detail=detail)
 
+    def started_among(self, moments: list[datetime]) -> dict[datetime, Workflow]:
+        """The runs some of ``moments`` have already (a trigger or a backfill came first). Only an occurrence
+        no later than the latest one started can have one, so a tick on schedule asks the database nothing."""
+        last = self.schedule.last_fire_at
+        candidates = [moment for moment in moments if last is not None and moment <= last]
+        if not candidates:
+            return {}
+        rows = Workflow.objects.filter(schedule=self.schedule, scheduled_for__in=candidates).only("pk", "scheduled_for")
+        return {run.scheduled_for: run for run in rows if run.scheduled_for is not None}
+
+    def traced_as_started(self, moment: datetime, *, detail: str = "") -> bool:
+        """Whether occurrence ``moment`` has a run already; if so, that is traced."""
+        earlier = self.started_among([moment]).get(moment)
+        if earlier is not None:
+            self.trace_started_already(moment, earlier, detail)
+        return earlier is not None
+
+    def trace_started_already(self, moment: datetime, earlier: Workflow | None, detail: str) -> None:
+        self.trace(moment, OccurrenceOutcome.SKIPPED, run=earlier,
+                   detail=f"{detail + ': ' if detail else ''}this occurrence already has a run")
+
     def start(self, moment: datetime, *, detail: str = "") -> Workflow | None:
         schedule = self.schedule
         definition = get_workflow(schedule.workflow_type)
@@ -124,7 +149,10 @@ class ScheduleTicker:
                 with transaction.atomic():
                     transitions.insert_run(run, delayed_until=None)
             except IntegrityError:
-                # Started already (a trigger or backfill at the same instant): one run per occurrence at most.
+                # Started already, by a transaction that did not hold this schedule's lock: one run per
+                # occurrence at most, and the decision is traced all the same.
+                earlier = Workflow.objects.filter(schedule=schedule, scheduled_for=moment).only("pk").first()
+                self.trace_started_already(moment, earlier, detail)
                 return None
         schedule.current_run = run
         if schedule.last_fire_at is None or moment > schedule.last_fire_at:
@@ -134,6 +162,23 @@ class ScheduleTicker:
                                                                  occurrence=moment))
         self.started += 1
         return run
+
+    def count_missed(self, window: list[datetime], last: datetime, count: int, outcome: str,
+                     describe: Callable[[int, datetime, datetime], str]) -> None:
+        """Count ``count`` occurrences from ``window[0]`` to ``last`` as missed (``window`` lists those of them
+        known one by one), except those that have a run already: they are traced as such, not missed."""
+        started = self.started_among(window)
+        for moment, run in started.items():
+            self.trace_started_already(moment, run, "")
+        missed = [moment for moment in window if moment not in started]
+        count -= len(started)
+        if count <= 0:
+            return
+        if last in started:
+            last = missed[-1]
+        # Only a capped window (``last`` is now) can have every listed occurrence started and more missed after.
+        first = missed[0] if missed else (cadence_of(self.schedule).next_after(window[-1]) or last)
+        self.missed(first, last, count, outcome, describe(count, first, last))
 
     def missed(self, first: datetime, last: datetime, count: int, outcome: str, detail: str) -> None:
         schedule = self.schedule
@@ -177,18 +222,18 @@ class ScheduleTicker:
             elif last_fire_at is not None and last_fire_at >= now - LATE_GRACE:
                 on_time = due.pop()
                 count, last = len(due), due[-1]
-            self.missed(due[0], last, count, OccurrenceOutcome.MISSED,
-                        f"{count} occurrence(s) from {due[0].isoformat()} to {last.isoformat()} missed: the tick "
-                        f"came at {now.isoformat()}")
+            self.count_missed(due, last, count, OccurrenceOutcome.MISSED, lambda count, first, last: (
+                f"{count} occurrence(s) from {first.isoformat()} to {last.isoformat()} missed: the tick came at "
+                f"{now.isoformat()}"))
             if on_time is not None:
                 self.decide(on_time)
         else:
             window_start = now - schedule.catchup_window if schedule.catchup_window else None
             too_old = [m for m in due if window_start is not None and m < window_start]
             if too_old:
-                self.missed(too_old[0], too_old[-1], len(too_old), OccurrenceOutcome.OUTSIDE_CATCHUP,
-                            f"{len(too_old)} occurrence(s) older than the catch-up window "
-                            f"({schedule.catchup_window}) not run")
+                self.count_missed(too_old, too_old[-1], len(too_old), OccurrenceOutcome.OUTSIDE_CATCHUP,
+                                  lambda count, first, last: (f"{count} occurrence(s) older than the catch-up "
+                                                              f"window ({schedule.catchup_window}) not run"))
             for occurrence in due[len(too_old):]:
                 self.decide(occurrence)
         set_next(schedule, moment)
@@ -294,11 +339,12 @@ def _tick_one(schedule: Schedule, now: datetime) -> int:
         fresh = Schedule.objects.get(pk=schedule.pk)
         fresh.status = ScheduleStatus.PAUSED
         fresh.note = storable_text(f"paused after an error at {now.isoformat()}: {type(exc).__name__}: {exc}")[:2000]
+        failed = fresh.next_fire_at or now  # the occurrence the tick was deciding (pausing clears next_fire_at)
         set_next(fresh, None)
         fresh.updated_at = now
         fresh.save()
-        ScheduleOccurrence.objects.create(schedule=fresh, scheduled_for=fresh.next_fire_at or now,
-                                          outcome=OccurrenceOutcome.ERROR, detail=fresh.note, decided_at=now)
+        ScheduleOccurrence.objects.create(schedule=fresh, scheduled_for=failed, outcome=OccurrenceOutcome.ERROR,
+                                          detail=fresh.note, decided_at=now)
         return 0
     return occurrences.started
 
@@ -316,7 +362,9 @@ def drain_buffer(run: Workflow, now: datetime) -> None:
         return
     first, *rest = schedule.queued_occurrences
     schedule.queued_occurrences = rest
-    ScheduleTicker(schedule, now).start(datetime.fromisoformat(first), detail="from the buffer")
+    occurrences, moment = ScheduleTicker(schedule, now), datetime.fromisoformat(first)
+    if not occurrences.traced_as_started(moment, detail="from the buffer"):
+        occurrences.start(moment, detail="from the buffer")
     schedule.updated_at = now
     schedule.save()
 

@@ -9,7 +9,7 @@ policies) is :mod:`django_weft.schedule_tick`; its entry points are importable f
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -17,7 +17,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 
 from . import clock, transitions, wakeups
-from .codec import encode
+from .codec import decode, encode
 from .conf import weft_settings
 from .durations import check_moment, to_seconds
 from .exceptions import (
@@ -35,7 +35,7 @@ from .models import (
     ScheduleStatus,
     Workflow,
 )
-from .occurrences import check_cron, parse_zone
+from .occurrences import check_cron, count_between, parse_zone
 from .registry import get_workflow
 from .schedule_tick import (  # noqa: F401
     # the tick's entry points and limits stay importable from here (the maintenance loop, django_weft.testing)
@@ -198,8 +198,8 @@ def _locked(schedule: Schedule) -> Schedule:
 
 
 def _refresh(target: Schedule, source: Schedule) -> None:
-    for field in Schedule._meta.concrete_fields:
-        setattr(target, field.attname, getattr(source, field.attname))
+    for column in Schedule._meta.concrete_fields:
+        setattr(target, column.attname, getattr(source, column.attname))
 
 
 def _drop_queue(schedule: Schedule, now: datetime, why: str) -> list[ScheduleOccurrence]:
@@ -210,8 +210,23 @@ def _drop_queue(schedule: Schedule, now: datetime, why: str) -> list[ScheduleOcc
     return dropped
 
 
+def _drop_due(schedule: Schedule, now: datetime, why: str) -> list[ScheduleOccurrence]:
+    """The trace of the occurrences that fell due and that no tick decided, which pausing or cancelling the
+    schedule drops (they would vanish with next_fire_at otherwise)."""
+    first = schedule.next_fire_at
+    if first is None or schedule.due_at is None or schedule.due_at > now:
+        return []
+    # Counted up to a bound: a cron's occurrences are counted one by one, and months of them take minutes.
+    count = count_between(cadence_of(schedule), first - timedelta(microseconds=1), now, cap=MAX_OCCURRENCES_PER_TICK)
+    many = f"{count} or more" if count == MAX_OCCURRENCES_PER_TICK else str(count)
+    return [ScheduleOccurrence(schedule=schedule, scheduled_for=first, outcome=OccurrenceOutcome.PAUSED, count=count,
+                               detail=f"{many} occurrence(s) due from {first.isoformat()} to {now.isoformat()} not "
+                                      f"started: {why}", decided_at=now)]
+
+
 def pause(schedule: Schedule, note: str = "") -> None:
-    """Stop firing until resume(); buffered occurrences are dropped (and traced)."""
+    """Stop firing until resume(); buffered occurrences, and those due that no tick decided yet, are dropped
+    (and traced)."""
     if not isinstance(note, str) or len(note) > 2000:
         raise InvalidArgument("a pause note must be a string of at most 2000 characters")
     check_text(note, "the pause note")
@@ -221,7 +236,8 @@ def pause(schedule: Schedule, note: str = "") -> None:
         if locked.status == ScheduleStatus.CANCELLED:
             raise TransitionNotAllowed(f"schedule {locked.schedule_id!r} is cancelled; it cannot be paused")
         locked.status, locked.note = ScheduleStatus.PAUSED, note or "paused"
-        ScheduleOccurrence.objects.bulk_create(_drop_queue(locked, now, "schedule paused"))
+        ScheduleOccurrence.objects.bulk_create([*_drop_due(locked, now, "schedule paused"),
+                                                *_drop_queue(locked, now, "schedule paused")])
         set_next(locked, None)
         locked.updated_at = now
         locked.save()
@@ -250,7 +266,8 @@ def cancel(schedule: Schedule) -> None:
     with transaction.atomic():
         locked = _locked(schedule)
         locked.status = ScheduleStatus.CANCELLED
-        ScheduleOccurrence.objects.bulk_create(_drop_queue(locked, now, "schedule cancelled"))
+        ScheduleOccurrence.objects.bulk_create([*_drop_due(locked, now, "schedule cancelled"),
+                                                *_drop_queue(locked, now, "schedule cancelled")])
         set_next(locked, None)
         locked.updated_at = now
         locked.save()
@@ -261,9 +278,18 @@ UPDATABLE = {"input", "cron", "every", "timezone", "overlap", "backfill", "catch
              "end_at"}
 
 
+# What decides when occurrences fall due: an edit of one of these moves the next occurrence.
+TIMING = ("cron", "every", "timezone", "start_at", "end_at", "jitter")
+
+
 def update(schedule: Schedule, **changes: Any) -> None:
     """Change a schedule in place. Giving ``cron`` or ``every`` replaces the cadence (the other is cleared);
-    options left out keep their values. The next occurrence is recomputed from now."""
+    options left out keep their values.
+
+    Occurrences that fell due before the edit and that no tick has decided yet are decided first, as a tick
+    would decide them now (the catch-up policy, the ledger), with the edited options on the timing they fell
+    due by. Then a change of timing (cadence, time zone, bounds, jitter) moves the next occurrence to the
+    first one after now; any other change keeps it."""
     unknown = set(changes) - UPDATABLE
     if unknown:
         raise InvalidArgument(f"cannot update {sorted(unknown)}; updatable: {sorted(UPDATABLE)}")
@@ -271,28 +297,70 @@ def update(schedule: Schedule, **changes: Any) -> None:
     with transaction.atomic():
         locked = _locked(schedule)
         current = ScheduleSpec.of(locked)
-        values = {"cron": current.cron or None, "every": current.every, "timezone": current.timezone,
-                  "overlap": current.overlap, "backfill": current.backfill,
-                  "catchup_window": current.catchup_window, "jitter": current.jitter,
-                  "start_at": current.start_at, "end_at": current.end_at}
-        if "cron" in changes or "every" in changes:
-            values["cron"], values["every"] = changes.pop("cron", None), changes.pop("every", None)
-        data = encode(changes.pop("input"), what=f"input of schedule {locked.schedule_id!r}") \
-            if "input" in changes else locked.input
-        values.update(changes)
-        spec = ScheduleSpec.check(**values)
-        cadence_changed = (spec.cron, spec.every, spec.timezone, spec.start_at) != (
+        spec, data = _edited(locked, current, changes)
+        retimed = _timing(spec) != _timing(current)
+        if locked.status == ScheduleStatus.ACTIVE:
+            _settle_due(locked, now, replace(spec, **_timing(current)), data, retimed=retimed)
+        recadenced = (spec.cron, spec.every, spec.timezone, spec.start_at) != (
             current.cron, current.every, current.timezone, current.start_at)
         spec.apply(locked)
         locked.input = data
-        if cadence_changed and locked.every is not None:
+        if recadenced and locked.every is not None:
             locked.anchor = locked.start_at or now  # an interval re-anchors when its cadence changes
         if locked.status == ScheduleStatus.ACTIVE:
-            set_next(locked, cadence_of(locked).next_after(now))
+            if retimed:
+                set_next(locked, cadence_of(locked).next_after(now))
             wakeups.schedule_due(locked.due_at, now)
         locked.updated_at = now
         locked.save()
     _refresh(schedule, locked)
+
+
+def _edited(schedule: Schedule, current: ScheduleSpec,
+            changes: dict[str, Any]) -> tuple[ScheduleSpec, bytes | memoryview | None]:
+    """The validated options and encoded input of ``schedule`` once ``changes`` apply."""
+    values = {"cron": current.cron or None, "every": current.every, "timezone": current.timezone,
+              "overlap": current.overlap, "backfill": current.backfill, "catchup_window": current.catchup_window,
+              "jitter": current.jitter, "start_at": current.start_at, "end_at": current.end_at}
+    changes = dict(changes)
+    if "cron" in changes or "every" in changes:
+        values["cron"], values["every"] = changes.pop("cron", None), changes.pop("every", None)
+    data = encode(changes.pop("input"), what=f"input of schedule {schedule.schedule_id!r}") \
+        if "input" in changes else schedule.input
+    values.update(changes)
+    return ScheduleSpec.check(**values), data
+
+
+def _timing(spec: ScheduleSpec) -> dict[str, Any]:
+    return {name: getattr(spec, name) for name in TIMING}
+
+
+def _settle_due(schedule: Schedule, now: datetime, options: ScheduleSpec, data: bytes | memoryview | None, *,
+                retimed: bool) -> None:
+    """Decide the occurrences of ``schedule`` that fell due before an edit, as a tick now would, with the
+    edited ``options`` (input, overlap, backfill, catch-up window) on the timing they fell due by: an edit
+    that recomputes the next occurrence from now would otherwise drop them unrecorded."""
+    if schedule.due_at is None or schedule.due_at > now:
+        return
+    options.apply(schedule)
+    schedule.input = data
+    occurrences = ScheduleTicker(schedule, now)
+    occurrences.tick()
+    if retimed and schedule.next_fire_at is not None and schedule.next_fire_at <= now:
+        _count_backlog_as_missed(occurrences, now)
+
+
+def _count_backlog_as_missed(occurrences: ScheduleTicker, now: datetime) -> None:
+    """A backfill runs at most MAX_OCCURRENCES_PER_TICK per tick; what the settling tick left of a longer
+    backlog is counted as missed, since the old timing that would have brought it back is gone."""
+    schedule = occurrences.schedule
+    first = schedule.next_fire_at
+    assert first is not None
+    count = count_between(cadence_of(schedule), first - timedelta(microseconds=1), now)
+    occurrences.missed(first, now, count, OccurrenceOutcome.MISSED,
+                       f"{count} occurrence(s) from {first.isoformat()} to {now.isoformat()} not run: the "
+                       f"schedule's timing changed while they were due (a tick runs at most "
+                       f"{MAX_OCCURRENCES_PER_TICK})")
 
 
 def trigger(schedule: Schedule) -> Workflow | None:
@@ -353,16 +421,24 @@ SETTING_KEYS = {"workflow", "input", "cron", "every", "timezone", "overlap", "ba
                 "start_at", "end_at"}
 
 
+# What an option left out of a WEFT_SCHEDULES entry means (create_schedule's defaults).
+SETTING_DEFAULTS: dict[str, Any] = {"input": None, "timezone": None, "overlap": OverlapPolicy.SKIP, "backfill": False,
+                                    "catchup_window": None, "jitter": None, "start_at": None, "end_at": None}
+
+
 @dataclass
 class SyncReport:
     created: list[str]
     updated: list[str]
     paused: list[str]
+    unchanged: list[str] = field(default_factory=list)
 
 
 def sync_schedules(definitions: dict[str, dict] | None = None) -> SyncReport:
-    """Make the database match WEFT_SCHEDULES: create or update each schedule in place, and pause (never
-    delete) the ones that were defined there and no longer are."""
+    """Make the database match WEFT_SCHEDULES: create each schedule, update in place the ones that differ
+    from their entry, leave the others alone, and pause (never delete) the ones that were defined there and
+    no longer are. It runs at every start of weft_maintenance: a schedule left alone keeps its next
+    occurrence, so one that fell due while no process ran is decided by its own catch-up policy."""
     from .exceptions import ConfigurationError
 
     definitions = weft_settings.SCHEDULES if definitions is None else definitions
@@ -375,34 +451,58 @@ def sync_schedules(definitions: dict[str, dict] | None = None) -> SyncReport:
         unknown = set(options) - SETTING_KEYS
         if unknown:
             raise ConfigurationError(f"WEFT_SCHEDULES[{schedule_id!r}] has unknown option(s) {sorted(unknown)}")
-        fields = dict(options)
-        workflow = fields.pop("workflow")
         try:
-            existing = Schedule.objects.filter(schedule_id=schedule_id).first()
-            if existing is None:
-                with transaction.atomic():
-                    created = create_schedule(schedule_id, workflow, **fields)
-                    Schedule.objects.filter(pk=created.pk).update(from_settings=True)
-                report.created.append(schedule_id)
-                continue
-            with transaction.atomic():
-                fields.setdefault("input", None)
-                for key in ("timezone", "overlap", "backfill", "catchup_window", "jitter", "start_at", "end_at"):
-                    fields.setdefault(key, {"overlap": OverlapPolicy.SKIP, "backfill": False}.get(key))
-                update(existing, **fields)
-                Schedule.objects.filter(pk=existing.pk).update(
-                    workflow_type=get_workflow(workflow).name, from_settings=True)
-                if existing.status == ScheduleStatus.PAUSED and existing.note == REMOVED_NOTE:
-                    resume(existing)
-            report.updated.append(schedule_id)
+            outcome = _sync_one(schedule_id, options)
         except WeftError as exc:
             raise ConfigurationError(f"WEFT_SCHEDULES[{schedule_id!r}]: {exc}") from exc
+        getattr(report, outcome).append(schedule_id)
     gone = Schedule.objects.filter(from_settings=True, status=ScheduleStatus.ACTIVE).exclude(
         schedule_id__in=list(definitions))
     for schedule in gone:
         pause(schedule, REMOVED_NOTE)
         report.paused.append(schedule.schedule_id)
     return report
+
+
+def _sync_one(schedule_id: str, options: dict[str, Any]) -> str:
+    """Create, update or leave alone one schedule of WEFT_SCHEDULES; returns which (a SyncReport field)."""
+    fields = {**SETTING_DEFAULTS, **options}
+    workflow_type = get_workflow(fields.pop("workflow")).name
+    with transaction.atomic():
+        if not Schedule.objects.filter(schedule_id=schedule_id).exists():
+            try:
+                created = create_schedule(schedule_id, workflow_type, **fields)
+            except ScheduleAlreadyExists:
+                pass  # another process starting at the same time created it: compare with its row below
+            else:
+                Schedule.objects.filter(pk=created.pk).update(from_settings=True)
+                return "created"
+        existing = Schedule.objects.select_for_update().get(schedule_id=schedule_id)
+        if _defined_as(existing, workflow_type, fields):
+            return "unchanged"
+        Schedule.objects.filter(pk=existing.pk).update(workflow_type=workflow_type, from_settings=True)
+        update(existing, **fields)  # reads the row again: what fell due is decided with the new workflow
+        if existing.status == ScheduleStatus.PAUSED and existing.note == REMOVED_NOTE:
+            resume(existing)
+    return "updated"
+
+
+def _defined_as(schedule: Schedule, workflow_type: str, fields: dict[str, Any]) -> bool:
+    """Whether ``schedule`` already is what its WEFT_SCHEDULES entry (``fields``, defaults filled) defines."""
+    spec = ScheduleSpec.check(cron=fields.get("cron"), every=fields.get("every"), timezone=fields["timezone"],
+                              overlap=fields["overlap"], backfill=fields["backfill"],
+                              catchup_window=fields["catchup_window"], jitter=fields["jitter"],
+                              start_at=fields["start_at"], end_at=fields["end_at"])
+    removed = schedule.status == ScheduleStatus.PAUSED and schedule.note == REMOVED_NOTE
+    return (schedule.from_settings and not removed and schedule.workflow_type == workflow_type
+            and ScheduleSpec.of(schedule) == spec and _same_input(schedule, fields["input"]))
+
+
+def _same_input(schedule: Schedule, wanted: Any) -> bool:
+    stored = bytes(schedule.input) if schedule.input is not None else None
+    data = encode(wanted, what=f"input of schedule {schedule.schedule_id!r}")
+    # Equal values may encode differently (a set's order changes between processes): compare them decoded too.
+    return stored == data or (stored is not None and decode(stored) == wanted)
 
 
 # The model's convenience methods (``schedule.pause()``...) and the state writer's hook for runs a schedule

@@ -14,6 +14,7 @@ from django_weft.beat import install_beat
 from django_weft.conf import weft_settings
 from django_weft.exceptions import ConfigurationError
 from django_weft.maintenance import maintenance_pass, run_maintenance
+from django_weft.models import Schedule, ScheduleStatus
 from django_weft.observability import events
 from django_weft.observability.access import is_loopback
 from django_weft.runtime.worker import Worker
@@ -121,8 +122,11 @@ class Command(BaseCommand):
         self.sync_schedules()  # beat runs no weft_maintenance that would sync them at start
 
     def sync_schedules(self) -> None:
-        if not weft_settings.SCHEDULES:
+        # Also with the setting empty while schedules it defined are active: removing the last one pauses it.
+        if not weft_settings.SCHEDULES and not Schedule.objects.filter(
+                from_settings=True, status=ScheduleStatus.ACTIVE).exists():
             return
         report = sync_schedules()
         self.stdout.write(f"weft_maintenance: WEFT_SCHEDULES synced (created {len(report.created)}, "
-                          f"updated {len(report.updated)}, paused {len(report.paused)})")
+                          f"updated {len(report.updated)}, unchanged {len(report.unchanged)}, "
+                          f"paused {len(report.paused)})")

@@ -58,8 +58,9 @@ class Command(BaseCommand):
 
     def do_sync(self, **options: Any) -> None:
         report = sync_schedules()
+        paused = f" ({', '.join(report.paused)})" if report.paused else ""
         self.stdout.write(f"created {len(report.created)}, updated {len(report.updated)}, "
-                          f"paused {len(report.paused)}" + (f" ({', '.join(report.paused)})" if report.paused else ""))
+                          f"unchanged {len(report.unchanged)}, paused {len(report.paused)}{paused}")
 
 
 def _iso(value: Any) -> str:
