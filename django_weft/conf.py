@@ -41,6 +41,10 @@ DEFAULTS: dict[str, Any] = {
     # The longest an HTTP API request waits for a result or an update's reply, in seconds (the API's cap
     # of 30 still holds): lower it where proxies cut idle requests sooner.
     "API_MAX_WAIT_SECONDS": 30.0,
+    # How late the latest occurrence of a schedule without backfill may still start (a schedule's own
+    # catchup_window, when set, says instead): a deploy that restarts the only weft_maintenance at 03:00 must not
+    # skip the nightly job. Older occurrences are counted as missed.
+    "SCHEDULE_LATE_START": timedelta(hours=1),
     # How long the trace of schedule decisions (ScheduleOccurrence rows) is kept; None keeps it forever.
     "SCHEDULE_HISTORY": timedelta(days=30),
     # Schedules defined in code: {"nightly": {"workflow": "reports.nightly", "cron": "0 3 * * *", ...}}.

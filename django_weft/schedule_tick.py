@@ -33,8 +33,15 @@ from .storable import storable_text
 
 logger = logging.getLogger("django_weft.schedules")
 
-# A tick more than this late (after jitter) counts its occurrences as missed unless backfill is on.
+# A tick less late than this (after jitter) is on time: its one occurrence starts, with or without backfill.
 LATE_GRACE = timedelta(seconds=1)
+
+
+def late_start_of(schedule: Schedule) -> timedelta:
+    """How late the latest due occurrence of a schedule without backfill may still start: its catchup_window,
+    or WEFT_SCHEDULE_LATE_START (never less than LATE_GRACE)."""
+    window = schedule.catchup_window if schedule.catchup_window is not None else weft_settings.SCHEDULE_LATE_START
+    return max(LATE_GRACE, window or timedelta(0))
 # Occurrences one schedule processes (or counts as missed) per tick.
 MAX_OCCURRENCES_PER_TICK = 256
 # Occurrences buffer_all keeps while a run is open; later ones are dropped (and traced).
@@ -192,6 +199,7 @@ class ScheduleTicker:
         """Process everything due: start, buffer, skip, or count as missed; move next_fire_at on."""
         schedule, now = self.schedule, self.now
         cadence = cadence_of(schedule)
+        late_start = late_start_of(schedule)
         due: list[datetime] = []
         moment = schedule.next_fire_at
         fire_at = schedule.due_at
@@ -210,21 +218,22 @@ class ScheduleTicker:
         if not due:
             pass
         elif not schedule.backfill_missed and (len(due) > 1 or (schedule.due_at or now) < now - LATE_GRACE):
-            # A late tick: what fell due before the grace is missed, but the latest occurrence, if it fell
-            # due within the grace, is on time and starts.
+            # A late tick (the process was down or busy): what fell due before the latest occurrence is missed;
+            # the latest starts if it is late by less than late_start (as Celery beat runs a missed entry once).
             on_time = None
             count, last = len(due), due[-1]
             if capped:  # more than one tick processes: skip (and count) the rest of the window too
-                on_time = None if schedule.jitter else _latest_on_time(cadence, now)
+                on_time = None if schedule.jitter else _latest_on_time(cadence, now, late_start)
                 count += count_between(cadence, due[-1], now) - (on_time is not None)
                 moment = cadence.next_after(now)
                 last = now
-            elif last_fire_at is not None and last_fire_at >= now - LATE_GRACE:
+            elif last_fire_at is not None and last_fire_at >= now - late_start:
                 on_time = due.pop()
-                count, last = len(due), due[-1]
-            self.count_missed(due, last, count, OccurrenceOutcome.MISSED, lambda count, first, last: (
-                f"{count} occurrence(s) from {first.isoformat()} to {last.isoformat()} missed: the tick came at "
-                f"{now.isoformat()}"))
+                count, last = len(due), due[-1] if due else on_time
+            if count:
+                self.count_missed(due, last, count, OccurrenceOutcome.MISSED, lambda count, first, last: (
+                    f"{count} occurrence(s) from {first.isoformat()} to {last.isoformat()} missed: the tick came "
+                    f"at {now.isoformat()}"))
             if on_time is not None:
                 self.decide(on_time)
         else:
@@ -240,9 +249,9 @@ class ScheduleTicker:
         schedule.updated_at = now
 
 
-def _latest_on_time(cadence: Cadence, now: datetime) -> datetime | None:
-    """The latest occurrence that fell due within LATE_GRACE before ``now``, if any."""
-    latest, moment = None, cadence.next_after(now - LATE_GRACE - timedelta(microseconds=1))
+def _latest_on_time(cadence: Cadence, now: datetime, late_start: timedelta) -> datetime | None:
+    """The latest occurrence that fell due within ``late_start`` before ``now``, if any."""
+    latest, moment = None, cadence.next_after(now - late_start - timedelta(microseconds=1))
     while moment is not None and moment <= now:
         latest, moment = moment, cadence.next_after(moment)
     return latest

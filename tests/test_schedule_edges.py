@@ -84,7 +84,7 @@ def test_a_restart_leaves_an_unchanged_settings_schedule_alone_and_its_missed_oc
     assert ledger("minutely") == [(MINUTE, "started", 1)]
 
 
-def test_a_restart_without_backfill_counts_the_occurrence_as_missed_as_for_a_schedule_made_in_code(
+def test_a_restart_without_backfill_starts_the_occurrence_it_missed_as_for_a_schedule_made_in_code(
         django_capture_on_commit_callbacks, missed_signals):
     definitions = {"minutely": every_minute()}
     sync(definitions, EVENING)
@@ -95,11 +95,25 @@ def test_a_restart_without_backfill_counts_the_occurrence_as_missed_as_for_a_sch
         first_pass(RESTART)
     for schedule_id in ("minutely", "in-code"):
         schedule = weft.get_schedule(schedule_id)
-        assert runs(schedule_id) == []
-        assert ledger(schedule_id) == [(MINUTE, "missed", 1)]
-        assert (schedule.missed_fire_count, schedule.last_missed_fire_at) == (1, MINUTE)
-    assert sorted((kw["schedule"].schedule_id, kw["count"], kw["window_start"]) for kw in missed_signals) == [
-        ("in-code", 1, MINUTE), ("minutely", 1, MINUTE)]
+        assert [run.scheduled_for for run in runs(schedule_id)] == [MINUTE]
+        assert ledger(schedule_id) == [(MINUTE, "started", 1)]
+        assert (schedule.missed_fire_count, schedule.next_fire_at) == (0, MINUTE + timedelta(minutes=1))
+    assert missed_signals == []
+
+
+@override_settings(WEFT_SCHEDULE_LATE_START=timedelta(seconds=10))
+def test_a_restart_later_than_the_late_start_window_counts_the_occurrence_as_missed(
+        django_capture_on_commit_callbacks, missed_signals):
+    definitions = {"minutely": every_minute(), "patient": every_minute(catchup_window=timedelta(minutes=1))}
+    sync(definitions, EVENING)
+    sync(definitions, RESTART)
+    with django_capture_on_commit_callbacks(execute=True):
+        first_pass(RESTART)
+    assert runs("minutely") == [] and ledger("minutely") == [(MINUTE, "missed", 1)]
+    assert weft.get_schedule("minutely").last_missed_fire_at == MINUTE
+    assert [(kw["schedule"].schedule_id, kw["count"]) for kw in missed_signals] == [("minutely", 1)]
+    # A schedule's own catchup_window says instead of the setting.
+    assert ledger("patient") == [(MINUTE, "started", 1)]
 
 
 def test_a_deploy_that_restarts_the_only_process_at_3_does_not_skip_the_nightly_job():
@@ -153,9 +167,10 @@ def test_a_changed_settings_schedule_still_decides_what_fell_due_before_the_chan
 
 def test_a_new_cadence_applies_from_now_after_the_old_one_decided_what_fell_due(missed_signals,
                                                                                  django_capture_on_commit_callbacks):
-    sync({"report": every_minute(cron="15 19 * * *")}, EVENING)
+    # catchup_window of 1 s: the occurrence the old cadence left due is late, so it is missed, not started.
+    sync({"report": every_minute(cron="15 19 * * *", catchup_window=timedelta(seconds=1))}, EVENING)
     with django_capture_on_commit_callbacks(execute=True):
-        sync({"report": every_minute(cron="45 19 * * *")}, RESTART)
+        sync({"report": every_minute(cron="45 19 * * *", catchup_window=timedelta(seconds=1))}, RESTART)
     schedule = weft.get_schedule("report")
     assert ledger("report") == [(MINUTE, "missed", 1)], "late, no backfill: counted as missed, not dropped"
     assert schedule.missed_fire_count == 1 and [kw["count"] for kw in missed_signals] == [1]
@@ -308,7 +323,8 @@ def test_the_tick_traces_an_occurrence_that_a_backfill_started_first():
 
 def test_a_late_tick_does_not_count_an_occurrence_that_a_trigger_started_as_missed():
     with WeftTestEnv(start=EVENING):
-        schedule = weft.create_schedule("late", "test.collect", 0, cron="*/1 * * * *", timezone="UTC")
+        schedule = weft.create_schedule("late", "test.collect", 0, cron="*/1 * * * *", timezone="UTC",
+                                        catchup_window=timedelta(seconds=1))  # nothing late starts: all are counted
     with WeftTestEnv(start=MINUTE):
         assert schedule.trigger() is not None  # at 19:15:00 exactly: it is the 19:15 occurrence's run
         weft.run_maintenance(now=MINUTE + timedelta(minutes=5, seconds=30))

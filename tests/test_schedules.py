@@ -149,7 +149,8 @@ def test_a_late_tick_counts_missed_occurrences_and_starts_none(env, django_captu
     missed = []
     signals.schedule_missed_fire.connect(lambda **kw: missed.append(kw), weak=False, dispatch_uid="m")
     try:
-        schedule = weft.create_schedule("late", "test.collect", 0, cron="* * * * *", timezone="UTC")
+        schedule = weft.create_schedule("late", "test.collect", 0, cron="* * * * *", timezone="UTC",
+                                        catchup_window=timedelta(seconds=1))  # nothing late starts
         with django_capture_on_commit_callbacks(execute=True):
             weft.run_maintenance(now=T0 + timedelta(minutes=5, seconds=30))
     finally:
@@ -165,8 +166,31 @@ def test_a_late_tick_counts_missed_occurrences_and_starts_none(env, django_captu
     assert (trace.outcome, trace.count) == ("missed", 5)
 
 
+def test_a_late_tick_starts_the_latest_occurrence_within_the_late_start_window(env):
+    # Down from 12:00:30 to 12:35:30: the 34 occurrences before the latest are missed, the latest (30 s
+    # late, within WEFT_SCHEDULE_LATE_START) starts once, as Celery beat runs a missed entry once.
+    schedule = weft.create_schedule("late-start", "test.collect", 0, cron="* * * * *", timezone="UTC")
+    weft.run_maintenance(now=T0 + timedelta(minutes=35, seconds=30))
+    schedule.refresh_from_db()
+    assert [run.scheduled_for for run in runs(schedule)] == [T0 + timedelta(minutes=35)]
+    assert schedule.missed_fire_count == 34
+    # Later than the window (one hour by default): the latest is missed too.
+    hourly = weft.create_schedule("late-hourly", "test.collect", 0, cron="0 * * * *", timezone="UTC")
+    weft.run_maintenance(now=T0 + timedelta(hours=2, minutes=1))
+    hourly.refresh_from_db()
+    assert [run.scheduled_for for run in runs(hourly)] == [T0 + timedelta(hours=2)]
+    weft.run_maintenance(now=T0 + timedelta(hours=4, minutes=1, seconds=1))
+    hourly.refresh_from_db()
+    assert [run.scheduled_for for run in runs(hourly)] == [T0 + timedelta(hours=2), T0 + timedelta(hours=4)]
+    weft.run_maintenance(now=T0 + timedelta(hours=6, minutes=59))
+    weft.run_maintenance(now=T0 + timedelta(hours=7, minutes=30))
+    hourly.refresh_from_db()
+    assert [run.scheduled_for for run in runs(hourly)][2:] == [T0 + timedelta(hours=6), T0 + timedelta(hours=7)]
+
+
 def test_a_tick_within_one_second_is_on_time(env):
-    schedule = weft.create_schedule("grace", "test.collect", 0, cron="* * * * *", timezone="UTC")
+    schedule = weft.create_schedule("grace", "test.collect", 0, cron="* * * * *", timezone="UTC",
+                                    catchup_window=timedelta(seconds=1))
     weft.run_maintenance(now=T0 + timedelta(minutes=1, milliseconds=999))
     assert len(runs(schedule)) == 1
     weft.run_maintenance(now=T0 + timedelta(minutes=2, seconds=1, milliseconds=1))
@@ -403,7 +427,8 @@ def test_weft_schedules_command(env):
 
 @override_settings(WEFT_SCHEDULE_HISTORY=timedelta(days=7))
 def test_the_occurrence_trace_is_bounded_by_retention(env):
-    schedule = weft.create_schedule("hist", "test.collect", 0, cron="0 * * * *", timezone="UTC")
+    schedule = weft.create_schedule("hist", "test.collect", 0, cron="0 * * * *", timezone="UTC",
+                                    catchup_window=timedelta(seconds=1))
     env.advance(timedelta(hours=1))
     assert ScheduleOccurrence.objects.filter(schedule=schedule).count() == 1
     weft.run_maintenance(now=env.now() + timedelta(days=6, hours=22, minutes=30))
