@@ -24,7 +24,10 @@ WORKFLOW = "test.scheduled_pid"  # tests/testapp/schedule_workflows.py
 EVERY_4S = "*/4 * * * * *"
 SCHEDULES = {
     "caught-up": {"workflow": WORKFLOW, "cron": EVERY_4S, "timezone": "UTC", "backfill": True},
-    "counted": {"workflow": WORKFLOW, "cron": EVERY_4S, "timezone": "UTC"},
+    # catchup_window of 1 s: nothing later than the grace starts, so what fell due is counted as missed.
+    "counted": {"workflow": WORKFLOW, "cron": EVERY_4S, "timezone": "UTC", "catchup_window": 1},
+    # Neither: the latest due occurrence starts (within WEFT_SCHEDULE_LATE_START), the ones before are missed.
+    "latest": {"workflow": WORKFLOW, "cron": EVERY_4S, "timezone": "UTC"},
 }
 
 
@@ -49,23 +52,26 @@ def stop(proc) -> None:
 def test_a_restart_catches_up_the_occurrence_that_fell_due_while_no_process_ran(row_locks, maintenance, tmp_path):
     env = settings_with_schedules(tmp_path)
     first = start(maintenance, "first", env)
-    assert "WEFT_SCHEDULES synced (created 2, updated 0, unchanged 0, paused 0)" in first.stdout()
+    assert "WEFT_SCHEDULES synced (created 3, updated 0, unchanged 0, paused 0)" in first.stdout()
     stop(first)
 
     # The next undecided occurrence of each schedule (the same instant for both) falls due with none running.
     due = {s.schedule_id: s.next_fire_at for s in Schedule.objects.all()}
-    assert due["caught-up"] == due["counted"]
+    assert due["caught-up"] == due["counted"] == due["latest"]
     moment = due["caught-up"]
     while timezone.now() < moment + timedelta(seconds=2):  # past the 1 s grace: the restart is late
         time.sleep(0.1)
 
     second = start(maintenance, "second", env)
-    assert "WEFT_SCHEDULES synced (created 0, updated 0, unchanged 2, paused 0)" in second.stdout()
+    assert "WEFT_SCHEDULES synced (created 0, updated 0, unchanged 3, paused 0)" in second.stdout()
     caught_up = Workflow.objects.filter(schedule__schedule_id="caught-up", scheduled_for=moment)
     wait_until(lambda: caught_up.filter(status="completed").exists(),
                f"the run of the {moment.isoformat()} occurrence of 'caught-up'", 60, [second])
     counted = ScheduleOccurrence.objects.filter(schedule__schedule_id="counted", scheduled_for=moment)
     wait_until(counted.exists, f"the decision about the {moment.isoformat()} occurrence of 'counted'", 60, [second])
+    latest = Workflow.objects.filter(schedule__schedule_id="latest", scheduled_for__gte=moment)
+    wait_until(lambda: latest.filter(status="completed").exists(),
+               "a run of the latest occurrence of 'latest' after the restart", 60, [second])
     stop(second)
 
     assert ScheduleOccurrence.objects.filter(schedule__schedule_id="caught-up", scheduled_for=moment,

@@ -1,0 +1,127 @@
+"""Registration of workflows and activities by stable name.
+
+Runs store the workflow's name and version, so a name must keep meaning the same workflow across deploys;
+several versions of one name may be registered at once (each run executes with the version it started on).
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar, overload
+
+from django_weft.common.storable import unstorable_reason
+from django_weft.exceptions import (
+    ConfigurationError,
+    WorkflowAlreadyRegistered,
+    WorkflowNotRegistered,
+    WorkflowVersionNotRegistered,
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_lock = threading.Lock()
+_workflows: dict[str, dict[int, WorkflowDefinition]] = {}  # name -> version -> definition
+
+
+@dataclass(frozen=True)
+class WorkflowDefinition:
+    name: str
+    fn: Callable[..., Any]
+    takes_input: bool
+    version: int = 1
+
+    @property
+    def qualified_name(self) -> str:
+        return f"{self.fn.__module__}.{self.fn.__qualname__}"
+
+
+def _positional_params(fn: Callable[..., Any]) -> int:
+    params = inspect.signature(fn).parameters.values()
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return sum(1 for p in params if p.kind in kinds)
+
+
+@overload
+def workflow(fn: F, /) -> F: ...
+@overload
+def workflow(*, name: str | None = None, version: int = 1) -> Callable[[F], F]: ...
+
+
+def workflow(fn: Any = None, /, *, name: str | None = None, version: int = 1) -> Any:
+    """Register a workflow: ``@weft.workflow`` or ``@weft.workflow(name="checkout", version=2)``.
+
+    The function is called as ``fn(ctx)`` or ``fn(ctx, input)``; the default name is the function's
+    ``module.qualname``. Give an explicit name if the code may move. Several versions of one name may be
+    registered at once: new runs take the highest, and every run executes with the version it started on.
+    """
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise ConfigurationError(f"a workflow's version must be a positive int, got {version!r}")
+
+    def register(func: F) -> F:
+        count = _positional_params(func)
+        if count not in (1, 2):
+            raise ConfigurationError(
+                f"workflow {func.__qualname__} must take (ctx) or (ctx, input), not {count} positional "
+                "parameters; pass several values as one dict or tuple"
+            )
+        wf_name = name or f"{func.__module__}.{func.__qualname__}"
+        if not isinstance(wf_name, str) or len(wf_name) > 200 or unstorable_reason(wf_name):
+            raise ConfigurationError(f"workflow name {wf_name!r} must be a string of at most 200 characters "
+                                     "without NUL or lone surrogates")
+        definition = WorkflowDefinition(name=wf_name, fn=func, takes_input=count == 2, version=version)
+        with _lock:
+            versions = _workflows.setdefault(wf_name, {})
+            existing = versions.get(version)
+            if existing is not None and existing.qualified_name != definition.qualified_name:
+                raise WorkflowAlreadyRegistered(
+                    f"version {version} of workflow {wf_name!r} is already registered by {existing.qualified_name}; "
+                    f"{definition.qualified_name} needs another name or version"
+                )
+            versions[version] = definition
+        func.__weft_workflow__ = definition  # type: ignore[attr-defined]
+        return func
+
+    if fn is not None:
+        return register(fn)
+    return register
+
+
+def get_workflow(name_or_fn: str | Callable[..., Any], version: int | None = None) -> WorkflowDefinition:
+    """The registered workflow of that name (its highest version, or ``version``), or the one ``fn`` is."""
+    if callable(name_or_fn):
+        definition = getattr(name_or_fn, "__weft_workflow__", None)
+        if definition is None:
+            raise WorkflowNotRegistered(
+                f"{getattr(name_or_fn, '__qualname__', name_or_fn)!r} is not a workflow; decorate it with "
+                "@weft.workflow"
+            )
+        return definition
+    if not isinstance(name_or_fn, str):
+        raise WorkflowNotRegistered(f"a workflow is named by its registered name or its function, got {name_or_fn!r}")
+    versions = _workflows.get(name_or_fn)
+    if not versions:
+        raise WorkflowNotRegistered(
+            f"no workflow is registered as {name_or_fn!r}; is it decorated with @weft.workflow in an "
+            f"installed app's workflows.py? Registered: {', '.join(sorted(_workflows)) or 'none'}"
+        )
+    if version is None:
+        return versions[max(versions)]
+    try:
+        return versions[version]
+    except KeyError:
+        raise WorkflowVersionNotRegistered(
+            f"version {version} of workflow {name_or_fn!r} is not registered (registered: "
+            f"{', '.join(str(v) for v in sorted(versions))}); deploy code that registers it, or its runs wait",
+            name=name_or_fn, version=version,
+        ) from None
+
+
+def registered_workflow_names() -> set[str]:
+    return set(_workflows)
+
+
+def registered_versions(name: str) -> list[int]:
+    return sorted(_workflows.get(name, ()))

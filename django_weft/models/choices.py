@@ -1,0 +1,143 @@
+"""The choices of django_weft's records (statuses, kinds, categories). Re-exported by :mod:`django_weft.models`."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.utils.translation import gettext_lazy as _
+
+
+class RunStatus(models.TextChoices):
+    PENDING = "pending", _("Pending")
+    RUNNING = "running", _("Running")
+    WAITING = "waiting", _("Waiting")
+    SUSPENDED = "suspended", _("Suspended")
+    COMPLETED = "completed", _("Completed")
+    FAILED = "failed", _("Failed")
+    CANCELLED = "cancelled", _("Cancelled")
+    TIMED_OUT = "timed_out", _("Timed out")
+    # Ended by ctx.continue_as_new(): the next run of its workflow id carries on (restarted_from names this one).
+    CONTINUED = "continued", _("Continued as new")
+
+    @classmethod
+    def open_values(cls) -> list[str]:
+        return [cls.PENDING, cls.RUNNING, cls.WAITING, cls.SUSPENDED]
+
+    @classmethod
+    def terminal_values(cls) -> list[str]:
+        return [cls.COMPLETED, cls.FAILED, cls.CANCELLED, cls.TIMED_OUT, cls.CONTINUED]
+
+
+class StepKind(models.TextChoices):
+    ACTIVITY = "activity", _("Activity")
+    SLEEP = "sleep", _("Sleep")
+    SIDE_EFFECT = "side_effect", _("Side effect")
+    NOW = "now", _("Clock reading")
+    UUID = "uuid", _("UUID")
+    RANDOM = "random", _("Random number")
+    SIGNAL = "signal", _("Signal wait")
+    CHILD = "child", _("Child start")
+    CHILD_RESULT = "child_result", _("Child result")
+    RACE = "race", _("Race winner")
+    PATCH = "patch", _("Patch marker")
+    # Applied between operations (the code's handlers, see runtime/replay/handlers.py): an update, a signal.
+    UPDATE = "update", _("Update applied")
+    SIGNAL_HANDLER = "signal_handler", _("Signal handled")
+    CONDITION = "condition", _("Wait condition")
+    # ctx.set_search_attributes: applied to the run's row in the commit that records it.
+    ATTRIBUTES = "attributes", _("Search attributes")
+
+
+class StepStatus(models.TextChoices):
+    # Parked: a sleep whose timer has not fired, or an activity waiting out its retry backoff.
+    WAITING = "waiting", _("Waiting")
+    COMPLETED = "completed", _("Completed")
+    FAILED = "failed", _("Failed")
+    # A branch that lost a ctx.race: nothing it produced is used.
+    CANCELLED = "cancelled", _("Cancelled")
+
+
+class TimerPurpose(models.TextChoices):
+    SLEEP = "sleep", _("Sleep")
+    RETRY_BACKOFF = "retry_backoff", _("Retry backoff")
+    DELAYED_START = "delayed_start", _("Delayed start")
+    WAIT_TIMEOUT = "wait_timeout", _("Signal wait timeout")
+    ACTIVITY_TIMEOUT = "activity_timeout", _("Activity schedule-to-close timeout")
+
+
+class AttemptOutcome(models.TextChoices):
+    """How one attempt of an activity step ended (a StepAttempt row)."""
+
+    COMPLETED = "completed", _("Completed")
+    FAILED = "failed", _("Failed")
+    TIMED_OUT = "timed_out", _("Timed out")
+    # Its executor stopped holding the run while it ran (died, or its lease expired): it may have done its
+    # work, or part of it; the run was taken over and the next attempt counts from it.
+    LOST = "lost", _("Lost")
+    # The branch lost a ctx.race while the attempt ran.
+    CANCELLED = "cancelled", _("Cancelled")
+
+
+class FailureCategory(models.TextChoices):
+    APPLICATION = "application", _("Application")
+    TIMEOUT = "timeout", _("Timeout")
+    CANCELLATION = "cancellation", _("Cancellation")
+    RESOURCE = "resource", _("Resource")
+    SYSTEM = "system", _("System")
+
+
+class ParentClosePolicy(models.TextChoices):
+    TERMINATE = "terminate", _("Terminate")
+    REQUEST_CANCEL = "request_cancel", _("Request cancel")
+    ABANDON = "abandon", _("Abandon")
+
+
+class UpdateStatus(models.TextChoices):
+    # Accepted (its validator passed) and waiting for the run to apply it.
+    PENDING = "pending", _("Pending")
+    COMPLETED = "completed", _("Completed")
+    # Its handler raised, or the run closed before applying it.
+    FAILED = "failed", _("Failed")
+
+
+class AsyncStatus(models.TextChoices):
+    PENDING = "pending", _("Pending")
+    COMPLETED = "completed", _("Completed")
+    FAILED = "failed", _("Failed")
+    TIMED_OUT = "timed_out", _("Timed out")
+    CANCELLED = "cancelled", _("Cancelled")
+
+
+class ScheduleStatus(models.TextChoices):
+    ACTIVE = "active", _("Active")
+    PAUSED = "paused", _("Paused")
+    CANCELLED = "cancelled", _("Cancelled")
+
+
+class OverlapPolicy(models.TextChoices):
+    SKIP = "skip", _("Skip while a run is open")
+    BUFFER_ONE = "buffer_one", _("Buffer one")
+    BUFFER_ALL = "buffer_all", _("Buffer all")
+    CANCEL_OTHER = "cancel_other", _("Cancel the open run")
+    ALLOW_ALL = "allow_all", _("Allow all")
+
+
+class OccurrenceOutcome(models.TextChoices):
+    STARTED = "started", _("Started a run")
+    SKIPPED = "skipped", _("Skipped: a run was still open")
+    BUFFERED = "buffered", _("Buffered until the open run finishes")
+    BUFFER_FULL = "buffer_full", _("Dropped: the buffer was full")
+    MISSED = "missed", _("Missed: the tick came too late")
+    OUTSIDE_CATCHUP = "outside_catchup", _("Missed: outside the catch-up window")
+    PAUSED = "paused", _("Not started: the schedule was paused")
+    ERROR = "error", _("Error: the schedule was paused")
+
+
+class ExecutorKind(models.TextChoices):
+    LOOP = "loop", _("weft_maintenance")
+    CELERY = "celery", _("Celery worker process")
+
+
+class BulkOperationStatus(models.TextChoices):
+    RUNNING = "running", _("Running")
+    COMPLETED = "completed", _("Completed")
+    FAILED = "failed", _("Failed")

@@ -1,0 +1,58 @@
+"""Model instances the engine makes on its hot path, without ``Model.__init__``'s layers (data layer).
+
+Every step of every run builds a ``WorkflowStep`` and every start a ``Workflow``. ``Model.__init__``
+matches each keyword to a field, asks every other field for its default and runs two Django signals:
+about 5 us for a step and 17 us for a run, several percent of a three-step run's CPU. :func:`new_instance`
+makes the same object (an unsaved instance, every concrete field set, the default where not given) in a
+fraction of that. Where anything listens to ``pre_init`` or ``post_init`` for the model, it calls the
+model as usual, so those receivers see every instance.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any, TypeVar
+
+from django.db.models import Model
+from django.db.models.base import ModelState
+from django.db.models.signals import post_init, pre_init
+
+M = TypeVar("M", bound=Model)
+
+
+@cache
+def _defaults(model: type[Model]) -> tuple[dict[str, Any], tuple[tuple[str, Any], ...], frozenset[str]]:
+    """Per model: the attributes whose default is a constant (a copy of the dict per instance is cheap),
+    those whose default is made per instance (a callable default: a uuid4, a fresh list), and all names."""
+    constant: dict[str, Any] = {}
+    made: list[tuple[str, Any]] = []
+    for field in model._meta.concrete_fields:
+        if getattr(field, "generated", False):
+            continue  # the database computes it; Model.__init__ leaves it unset too
+        if field.has_default() and callable(field.default):
+            made.append((field.attname, field.get_default))
+        else:
+            # get_default() of a constant default returns the constant, and None for a field without one;
+            # a mutable constant would be shared, as Django would share it too.
+            constant[field.attname] = field.get_default()
+    return constant, tuple(made), frozenset([*constant, *(name for name, _ in made)])
+
+
+def new_instance(model: type[M], values: dict[str, Any]) -> M:
+    """An unsaved ``model`` with ``values`` (by attribute name: ``run_id``, not ``run``) and every other
+    concrete field at its default, as ``model(**values)`` makes it."""
+    if pre_init.has_listeners(model) or post_init.has_listeners(model):
+        return model(**values)
+    constant, made, names = _defaults(model)
+    if not names.issuperset(values):
+        unknown = values.keys() - names
+        raise TypeError(f"{model.__name__} has no fields {sorted(unknown)}")
+    obj = model.__new__(model)
+    attributes = obj.__dict__
+    attributes["_state"] = ModelState()
+    attributes.update(constant)
+    for name, default in made:
+        if name not in values:
+            attributes[name] = default()
+    attributes.update(values)
+    return obj
