@@ -33,7 +33,7 @@ test: $(INSTALLED)
 
 # The bounded soak test (tests/test_soak.py, a few minutes; PostgreSQL or MySQL/MariaDB, skipped on SQLite).
 soak: $(INSTALLED)
-	$(PY) -m pytest -m soak $(PYTEST_ARGS)
+	$(PY) -m pytest -m soak -n 0 $(PYTEST_ARGS)
 
 # ruff, and the layer contract of design 8.1 ([tool.importlinter] in pyproject.toml).
 lint: $(VENV)/.installed

@@ -40,11 +40,11 @@ def child(shape: str, count: int) -> None:
 
     django.setup()
     import django_weft as weft
-    from django_weft.bench.core import BENCH_WORKFLOW, bench_workflow
+    from bench.core import BENCH_WORKFLOW, bench_workflow
     from django_weft.models import Workflow
 
     def in_caller(n: int) -> None:
-        from django_weft.runtime.in_caller import run
+        from django_weft.worker.in_caller import run
 
         for _ in range(n):
             run(bench_workflow, 3)

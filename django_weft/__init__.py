@@ -1,24 +1,31 @@
 """django_weft: durable workflows for Django.
 
-Workflows are plain functions whose steps are recorded in your database and replayed after a crash.
 Import the public API from here: ``import django_weft as weft``.
+
+The import paths you may rely on (each keeps working across minor releases; a path that moves keeps an alias
+that warns for a release):
+
+- ``django_weft`` (``__all__``), ``django_weft.models`` (the records and their choices),
+  ``django_weft.exceptions``, ``django_weft.signals`` (Django signals), ``django_weft.testing``,
+  ``django_weft.urls`` and ``django_weft.api.urls`` (to ``include()``), ``django_weft.conf.weft_settings``,
+  ``django_weft.tasks`` (the Celery tasks), ``django_weft.observability`` (metrics and tracing hooks),
+  ``django_weft.services.liveness`` (``live_executors``, ``stalled_hint``) and ``django_weft.common.codec``
+  (``MAX_DEPTH``).
+
+Everything else is internal, laid out by layer, bottom first: ``common/`` (values and rules), ``models/``
+(the records), ``observability/``, ``store/`` (the state writer, the one door for a run's status, lease and
+fence), ``runtime/`` (one run: replay, executor, activities), ``services/`` (the operations people call),
+``worker/`` (the loops), and the faces: ``admin/``, ``api/``, ``management/``, ``checks``, ``views``,
+``testing``, ``tasks``.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .activities import (
-    ActivityInfo,
-    RetryPolicy,
-    activity,
-    activity_info,
-    complete_async,
-    complete_async_activity,
-    fail_async_activity,
-    heartbeat,
-)
-from .exceptions import (
+from django_weft.common.moved_paths import install as _install_moved_paths
+from django_weft.common.registry import workflow
+from django_weft.exceptions import (
     ActivityCancelled,
     ActivityError,
     ActivityTimeout,
@@ -55,48 +62,64 @@ from .exceptions import (
     WorkflowNotRegistered,
     WorkflowTimedOut,
 )
-from .registry import workflow
+from django_weft.runtime.activities import (
+    ActivityInfo,
+    RetryPolicy,
+    activity,
+    activity_info,
+    complete_async,
+    complete_async_activity,
+    fail_async_activity,
+    heartbeat,
+)
+
+_install_moved_paths()
 
 if TYPE_CHECKING:
-    from . import bulk
-    from .bulk import BulkPreview, BulkResult
-    from .client import WorkflowHandle, cancel, get_handle, signal, start, terminate
-    from .finding import count_runs, list_runs
-    from .maintenance import MaintenanceReport, run_maintenance
-    from .models import Schedule
-    from .runtime.context import ChildHandle, Context, Pending
-    from .runtime.in_caller import run
-    from .schedules import create_schedule, get_schedule
-    from .updates import UpdateHandle
-    from .with_start import StartOrSignalResult, StartOrUpdateResult, start_or_signal, start_or_update
+    from django_weft.models import Schedule
+    from django_weft.runtime.context import ChildHandle, Context, Pending
+    from django_weft.services import bulk
+    from django_weft.services.bulk import BulkPreview, BulkResult
+    from django_weft.services.client import WorkflowHandle, cancel, get_handle, signal, start, terminate
+    from django_weft.services.maintenance import MaintenanceReport, run_maintenance
+    from django_weft.services.schedules import create_schedule, get_schedule
+    from django_weft.services.updates import UpdateHandle
+    from django_weft.services.visibility import count_runs, list_runs
+    from django_weft.services.with_start import (
+        StartOrSignalResult,
+        StartOrUpdateResult,
+        start_or_signal,
+        start_or_update,
+    )
+    from django_weft.worker.in_caller import run
 
 __version__ = "0.1.0"
 
 # Names that import models (and so need the app registry) load on first use.
 _LAZY = {
-    "start": "client",
-    "run": "runtime.in_caller",
-    "get_handle": "client",
-    "cancel": "client",
-    "terminate": "client",
-    "WorkflowHandle": "client",
-    "signal": "client",
-    "start_or_signal": "with_start",
-    "StartOrSignalResult": "with_start",
-    "start_or_update": "with_start",
-    "StartOrUpdateResult": "with_start",
-    "UpdateHandle": "updates",
-    "list_runs": "finding",
-    "BulkPreview": "bulk",
-    "BulkResult": "bulk",
-    "count_runs": "finding",
+    "start": "services.client",
+    "run": "worker.in_caller",
+    "get_handle": "services.client",
+    "cancel": "services.client",
+    "terminate": "services.client",
+    "WorkflowHandle": "services.client",
+    "signal": "services.client",
+    "start_or_signal": "services.with_start",
+    "StartOrSignalResult": "services.with_start",
+    "start_or_update": "services.with_start",
+    "StartOrUpdateResult": "services.with_start",
+    "UpdateHandle": "services.updates",
+    "list_runs": "services.visibility",
+    "BulkPreview": "services.bulk",
+    "BulkResult": "services.bulk",
+    "count_runs": "services.visibility",
     "ChildHandle": "runtime.context",
-    "run_maintenance": "maintenance",
-    "MaintenanceReport": "maintenance",
+    "run_maintenance": "services.maintenance",
+    "MaintenanceReport": "services.maintenance",
     "Context": "runtime.context",
     "Pending": "runtime.context",
-    "create_schedule": "schedules",
-    "get_schedule": "schedules",
+    "create_schedule": "services.schedules",
+    "get_schedule": "services.schedules",
     "Schedule": "models",
 }
 
@@ -105,9 +128,13 @@ def __getattr__(name: str) -> Any:
     from importlib import import_module
 
     if name == "bulk":  # weft.bulk.cancel(...): the module, loaded on first use
-        return import_module("django_weft.bulk")
+        return import_module("django_weft.services.bulk")
     module = _LAZY.get(name)
     if module is None:
+        from django_weft.common.moved_paths import MOVED
+
+        if f"django_weft.{name}" in MOVED:  # weft.codec and the like: the flat layout's submodules, aliased
+            return import_module(f"django_weft.{name}")
         raise AttributeError(f"module 'django_weft' has no attribute {name!r}")
     return getattr(import_module(f"django_weft.{module}"), name)
 

@@ -12,17 +12,13 @@ class WeftConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import (
-            checks,  # noqa: F401  (registers the system checks)
-            schedules,  # noqa: F401  (binds Schedule's operations and the run-closed hook)
-        )
-        from .conf import weft_settings
-        from .observability import events
+        from django_weft.conf import weft_settings
+        from django_weft.observability import events
 
         events.configure()  # metrics and tracing: on when installed, unless turned off
 
         try:
-            from . import tasks  # noqa: F401  (registers the Celery tasks with wakeups)
+            from django_weft import tasks  # noqa: F401  (registers the Celery tasks with wakeups)
         except ImportError:  # Celery is an optional extra
             pass
 

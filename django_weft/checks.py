@@ -7,12 +7,12 @@ from typing import Any
 from django.core.checks import Error, Tags, Warning, register
 from django.db import DatabaseError, connections, router
 
-from .liveness import stalled_hint
-from .registry import registered_versions, registered_workflow_names
+from django_weft.common.registry import registered_versions, registered_workflow_names
+from django_weft.services.liveness import stalled_hint
 
 
 def _weft_alias() -> str:
-    from .models import Workflow
+    from django_weft.models import Workflow
 
     return router.db_for_write(Workflow)
 
@@ -117,7 +117,7 @@ def check_unregistered_open_runs(app_configs: Any = None, databases: Any = None,
         return []
     from django.db.models import Count
 
-    from .models import Workflow
+    from django_weft.models import Workflow
 
     try:
         groups = list(Workflow.objects.using(alias).open().values("workflow_type", "version")
@@ -155,7 +155,7 @@ def check_unregistered_open_runs(app_configs: Any = None, databases: Any = None,
 
 @register(Tags.database)
 def check_stalled_runs(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list:
-    """Runs due for a while and no live executor (see django_weft.liveness); only when asked to check the
+    """Runs due for a while and no live executor (see django_weft.services.liveness); only when asked to check the
     database (``migrate``, ``check --database``), and silent where it is not migrated or not reachable."""
     alias = _weft_alias()
     if not databases or alias not in databases:
@@ -178,7 +178,7 @@ def check_stalled_runs(app_configs: Any = None, databases: Any = None, **kwargs:
 def check_executor(app_configs: Any = None, **kwargs: Any) -> list:
     from importlib.util import find_spec
 
-    from .conf import EXECUTORS, weft_settings
+    from django_weft.conf import EXECUTORS, weft_settings
 
     executor = weft_settings.EXECUTOR
     if executor not in EXECUTORS:

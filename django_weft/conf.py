@@ -52,19 +52,19 @@ DEFAULTS: dict[str, Any] = {
     # Module searched in every installed app for workflows and activities.
     "AUTODISCOVER_MODULE": "workflows",
     # Who executes runs: "loop" (manage.py weft_maintenance) or "celery" (the task django_weft.drive,
-    # sent after commit whenever a run becomes runnable; weft_maintenance or the django_weft.maintenance
+    # sent after commit whenever a run becomes runnable; weft_maintenance or the django_weft.services.maintenance
     # task still has to run for timeouts, schedules, retention and lost deliveries).
     "EXECUTOR": "loop",
     # PostgreSQL: NOTIFY idle weft_maintenance loops when a run becomes runnable, so they start it at once
     # instead of at their next poll. Ignored on other databases.
     "NOTIFY": True,
     # PostgreSQL: step commits of several runs ready at the same moment (executor threads, weft.run() callers
-    # of one process) go as one statement, each still fenced on its own run (django_weft.group_commit). Off by
+    # of one process) go as one statement, each still fenced on its own run (django_weft.store.group_commit). Off by
     # default: it sends fewer commits but keeps one statement in flight per process, which was slower where the
     # database's CPU, not its commits, was the limit (README, Benchmarks).
     "GROUP_COMMIT": False,
     # PostgreSQL: prepare the engine's hot statements (a run's insert, a step commit) on each connection, whatever
-    # Django's OPTIONS["prepare_threshold"]; a connection whose pooler refuses them stops (django_weft.bound_cursor).
+    # Django's OPTIONS["prepare_threshold"]; a connection whose pooler refuses them stops (store.bound_cursor).
     "PREPARED_STATEMENTS": True,
     # Celery queue of the django_weft tasks (None: the project's default queue).
     "CELERY_QUEUE": None,
@@ -92,7 +92,7 @@ DEFAULTS: dict[str, Any] = {
     # failure_category "system".
     "MAX_RECOVERY_ATTEMPTS": 10,
     # The typed, indexed search attributes runs may carry: name -> "int", "keyword", "text", "decimal",
-    # "datetime", "bool" or "keyword_list" (see django_weft.attributes).
+    # "datetime", "bool" or "keyword_list" (see django_weft.common.attributes).
     "SEARCH_ATTRIBUTES": {},
     # Prometheus metrics (the "metrics" extra): None turns them on when prometheus_client is installed, False
     # off. Read once, when Django starts (django_weft.observability.configure): the engine's hooks check a

@@ -48,7 +48,7 @@ class PayloadTooLarge(PayloadError):
 
 
 class PayloadTooDeep(PayloadError, InvalidArgument):
-    """A payload nests lists, dicts, tuples or sets deeper than ``django_weft.codec.MAX_DEPTH`` levels (the HTTP API
+    """A payload nests lists, dicts, tuples or sets deeper than ``common.codec.MAX_DEPTH`` levels (the HTTP API
     answers 422 ``payload_too_deep``)."""
 
 

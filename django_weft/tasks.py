@@ -1,7 +1,7 @@
 """The Celery tasks of django_weft (``WEFT_EXECUTOR = "celery"``); Celery's autodiscovery finds them.
 
 * ``django_weft.drive``: execute one run (or a batch); sent after commit whenever a run becomes runnable.
-* ``django_weft.maintenance``: the maintenance pass; ``manage.py weft_maintenance --install-beat`` makes
+* ``django_weft.services.maintenance``: the maintenance pass; ``manage.py weft_maintenance --install-beat`` makes
   django-celery-beat send it every few seconds.
 * ``django_weft.tick``: a schedule tick at an exact instant, sent ahead by the maintenance pass and when a
   schedule is created, changed or resumed.
@@ -22,8 +22,9 @@ from celery import shared_task
 from celery.signals import worker_process_shutdown, worker_shutdown
 from django.db import close_old_connections, connections
 
-from . import clock, wakeups
-from .task_sends import publish
+from django_weft.common import clock
+from django_weft.store import wakeups
+from django_weft.worker.task_sends import publish
 
 
 def _recycle_connections() -> None:
@@ -36,7 +37,7 @@ def _recycle_connections() -> None:
 
 
 def _forget_process(**kwargs: Any) -> None:
-    from .runtime.drive import forget_worker_process
+    from django_weft.worker.celery_drive import forget_worker_process
 
     forget_worker_process()
 
@@ -48,7 +49,7 @@ worker_shutdown.connect(_forget_process, weak=False, dispatch_uid="django_weft.f
 
 @shared_task(name="django_weft.drive", ignore_result=True)
 def drive(run_id: str | None = None) -> dict[str, int]:
-    from .runtime.drive import beat_worker_process, drive_runs
+    from django_weft.worker.celery_drive import beat_worker_process, drive_runs
 
     _recycle_connections()
     beat_worker_process()
@@ -57,8 +58,8 @@ def drive(run_id: str | None = None) -> dict[str, int]:
 
 @shared_task(name="django_weft.maintenance", ignore_result=True)
 def maintenance(every: float = 5.0) -> dict[str, Any]:
-    from .maintenance import maintenance_pass, tick_ahead
-    from .runtime.drive import beat_worker_process
+    from django_weft.services.maintenance import maintenance_pass, tick_ahead
+    from django_weft.worker.celery_drive import beat_worker_process
 
     _recycle_connections()
     beat_worker_process()
@@ -70,7 +71,7 @@ def maintenance(every: float = 5.0) -> dict[str, Any]:
 
 @shared_task(name="django_weft.tick", ignore_result=True)
 def tick() -> int:
-    from .maintenance import tick_when_due
+    from django_weft.services.maintenance import tick_when_due
 
     _recycle_connections()
     return tick_when_due()

@@ -35,14 +35,15 @@ from django.db.models import Min
 from django.test.utils import override_settings
 from django.utils import timezone
 
-from . import client, clock
-from .activities import activity_info, definition_of, replace_activity
-from .exceptions import NonDeterminismError, WeftError
-from .maintenance import MaintenanceReport, run_maintenance
-from .models import RunStatus, Workflow
-from .replay_check import history_run
-from .replay_check import replay as replay_run
-from .schedules import due_schedules
+from django_weft.common import clock
+from django_weft.exceptions import NonDeterminismError, WeftError
+from django_weft.models import RunStatus, Workflow
+from django_weft.runtime.activities import activity_info, definition_of, replace_activity
+from django_weft.services import client
+from django_weft.services.maintenance import MaintenanceReport, run_maintenance
+from django_weft.services.replay_check import history_run
+from django_weft.services.replay_check import replay as replay_run
+from django_weft.services.schedules import due_schedules
 
 try:
     import pytest

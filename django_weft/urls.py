@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from . import views
+from django_weft import views
 
 app_name = "django_weft"
 

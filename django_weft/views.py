@@ -4,7 +4,7 @@ POST a JSON body: ``{"token": "...", "result": ...}`` to ``complete/``, ``{"toke
 {"message": "...", "type": "..."}}`` (or a message string) to ``fail/``. The token is the only
 credential (signed, single-use), so the views are CSRF-exempt. Status codes: 200 done, 400 bad request,
 404 unknown or forged token, 409 already resolved, 413 too large, 422 nested deeper than a payload may be
-(django_weft.codec.MAX_DEPTH). The HTTP API offers the same (``POST weft/api/complete`` and ``fail``) through
+(django_weft.common.codec.MAX_DEPTH). The HTTP API offers the same (``POST weft/api/complete`` and ``fail``) through
 :func:`resolve`, with its error format.
 
 ``metrics/`` (GET) answers Prometheus' text format: to anyone with ``WEFT_METRICS_PUBLIC = True``, else to a
@@ -23,10 +23,9 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
-from .activities import complete_async_activity, fail_async_activity
-from .codec import MAX_DEPTH
-from .conf import weft_settings
-from .exceptions import (
+from django_weft.common.codec import MAX_DEPTH
+from django_weft.conf import weft_settings
+from django_weft.exceptions import (
     InvalidArgument,
     InvalidTaskToken,
     PayloadNotSerializable,
@@ -34,8 +33,9 @@ from .exceptions import (
     PayloadTooLarge,
     TaskTokenAlreadyUsed,
 )
-from .observability import events
-from .observability.access import bearer_token, is_metrics_token
+from django_weft.observability import events
+from django_weft.observability.access import bearer_token, is_metrics_token
+from django_weft.runtime.activities import complete_async_activity, fail_async_activity
 
 # What resolving an async activity can meet: (exception, HTTP status, the HTTP API's code), the first match wins.
 REFUSALS: tuple[tuple[type[Exception], int, str], ...] = (

@@ -15,7 +15,7 @@ from urllib.parse import urlencode
 import pytest
 from django.test import Client
 
-from django_weft import api_keys
+from django_weft.services import api_keys
 
 BASE = "/weft/api/"
 EVERY_PERMISSION = ("add_workflow", "view_workflow", "change_workflow", "delete_workflow", "cancel_workflow",

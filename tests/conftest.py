@@ -9,6 +9,22 @@ from tests.procs import maintenance, processes  # noqa: F401  (fixtures for the 
 pytest_plugins = ["django_weft.testing", "tests.api_helpers"]
 
 
+# Test files that run real weft_maintenance processes or the soak: marked "slow" (`-m "not slow"` leaves them out).
+SLOW_FILES = ("test_processes_", "test_soak", "test_browser")
+# Test files that talk to the real Redis and RabbitMQ of the machine: their queues are shared by every xdist
+# worker, so they all run on one worker (pytest -n ... --dist loadgroup, as pyproject.toml's addopts say).
+BROKER_FILES = ("test_celery_broker.py", "test_celery_sends.py", "test_bench_command.py")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        name = item.path.name
+        if name.startswith(SLOW_FILES):
+            item.add_marker(pytest.mark.slow)
+        if name in BROKER_FILES:
+            item.add_marker(pytest.mark.xdist_group("broker"))
+
+
 def on_postgres() -> bool:
     return connection.vendor == "postgresql"
 

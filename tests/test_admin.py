@@ -74,7 +74,6 @@ from datetime import timedelta  # noqa: E402
 from django.contrib.admin.models import CHANGE, DELETION, LogEntry  # noqa: E402
 from django.contrib.auth.models import Permission  # noqa: E402
 
-from django_weft import repairs  # noqa: E402
 from django_weft.admin.describe import describe_cron, describe_interval  # noqa: E402
 from django_weft.exceptions import TransitionNotAllowed  # noqa: E402
 from django_weft.models import (  # noqa: E402
@@ -84,6 +83,7 @@ from django_weft.models import (  # noqa: E402
     Workflow,
     WorkflowStep,
 )
+from django_weft.store import repairs  # noqa: E402
 from tests.testapp.workflows import executions  # noqa: E402
 
 RUNS = "admin:django_weft_workflow_changelist"
@@ -509,7 +509,7 @@ def test_schedule_add_form_creates_through_the_engine(staff_client):
     assert page.status_code == 302, page.context["adminform"].form.errors
     schedule = Schedule.objects.get(schedule_id="from-admin")
     assert schedule.next_fire_at is not None and schedule.cron == "*/5 * * * *"
-    from django_weft.codec import decode
+    from django_weft.common.codec import decode
 
     assert decode(schedule.input) == 2
     assert LogEntry.objects.filter(object_id=str(schedule.pk)).exists()

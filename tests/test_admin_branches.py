@@ -16,7 +16,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 import django_weft as weft
-from django_weft.codec import encode
+from django_weft.common.codec import encode
 from django_weft.models import StepKind, StepStatus, WorkflowStep
 
 pytestmark = pytest.mark.django_db

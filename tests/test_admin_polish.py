@@ -19,8 +19,8 @@ from django.urls import reverse
 from django.utils import translation
 
 import django_weft as weft
-from django_weft import clock as weft_clock
 from django_weft.admin.describe import cron_locale, describe_cron, describe_interval
+from django_weft.common import clock as weft_clock
 from django_weft.models import AsyncActivity, RunStatus, Schedule, Timer, Workflow
 
 pytestmark = pytest.mark.django_db

@@ -1,5 +1,5 @@
 """The HTTP API refuses what it cannot honour (design 9.1): payloads nested deeper than the one limit
-(django_weft.codec.MAX_DEPTH) are 422 at every entrance and whatever is stored renders; unknown body fields are
+(django_weft.common.codec.MAX_DEPTH) are 422 at every entrance and whatever is stored renders; unknown body fields are
 422; every id that can be created can be addressed (slashes and route words included, percent-encoded) and a
 missing one is a JSON 404; a missing, wrong or revoked key is 401 on every method."""
 
@@ -16,7 +16,7 @@ from django.test import Client
 
 import django_weft as weft
 from django_weft.api.schemas import TOO_DEEP
-from django_weft.codec import MAX_DEPTH
+from django_weft.common.codec import MAX_DEPTH
 from django_weft.models import AsyncActivity, BulkOperation, Schedule, Signal, Workflow, WorkflowUpdate
 from tests.api_helpers import EVERY_PERMISSION, Api, error_of, make_key
 
@@ -202,7 +202,7 @@ AUTHENTICATED_ROUTES = [
 
 @pytest.fixture
 def revoked_key(db) -> str:
-    from django_weft import api_keys
+    from django_weft.services import api_keys
 
     _record, key = api_keys.create("gone", [f"django_weft.{codename}" for codename in (*EVERY_PERMISSION,
                                                                                       *SCHEDULES)])

@@ -53,7 +53,7 @@ def test_every_route_needs_credentials_and_its_permission(client, key_with, meth
 
 
 def test_a_revoked_key_is_401(client):
-    from django_weft import api_keys
+    from django_weft.services import api_keys
 
     _record, key = api_keys.create("gone", ["django_weft.view_workflow"])
     assert Api(client, key).get("runs").status_code == 200

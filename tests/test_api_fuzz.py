@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from schemathesis import checks
 
 import django_weft as weft
-from django_weft.codec import MAX_DEPTH
+from django_weft.common.codec import MAX_DEPTH
 from django_weft.models import AsyncActivity, Schedule, Signal, Workflow, WorkflowUpdate
 from tests.api_helpers import EVERY_PERMISSION, make_key
 

@@ -9,8 +9,8 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.test import Client
 
-from django_weft import api_keys
 from django_weft.models import ApiKey
+from django_weft.services import api_keys
 from tests.api_helpers import Api
 
 pytestmark = pytest.mark.django_db

@@ -1,4 +1,4 @@
-"""API keys (django_weft.api_keys): only a prefix and a hash are stored, and only the key itself authenticates."""
+"""API keys (services.api_keys): only a prefix and a hash are stored, and only the key itself authenticates."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from django.db import connection
 from django.test import Client
 
 import django_weft as weft
-from django_weft import api_keys
 from django_weft.models import ApiKey
+from django_weft.services import api_keys
 from tests.api_helpers import Api
 
 pytestmark = pytest.mark.django_db

@@ -91,8 +91,8 @@ def test_weft_bench_is_an_app_of_its_own():
     from django.apps import apps
     from django.core.management import get_commands
 
-    assert get_commands()["weft_bench"] == "django_weft.bench"
-    assert apps.get_app_config("weft_bench").name == "django_weft.bench"
+    assert get_commands()["weft_bench"] == "bench"
+    assert apps.get_app_config("weft_bench").name == "bench"
 
 
 def test_weft_bench_rejects_bad_sizes():

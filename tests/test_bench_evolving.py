@@ -13,11 +13,10 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.test.utils import override_settings
 
-from django_weft import client, transitions
-from django_weft.bench import replay_bench
-from django_weft.bench.continue_bench import CONTINUE_WORKFLOW, check_spacing, parse_milestones
-from django_weft.bench.core import BENCH_ACTIVITY
-from django_weft.bench.replay_bench import (
+from bench import replay_bench
+from bench.continue_bench import CONTINUE_WORKFLOW, check_spacing, parse_milestones
+from bench.core import BENCH_ACTIVITY
+from bench.replay_bench import (
     OTHER_SIGNAL,
     RENAMED_ACTIVITY,
     REPLAY_WORKFLOW,
@@ -25,8 +24,7 @@ from django_weft.bench.replay_bench import (
     expected_seq,
     mismatch_of,
 )
-from django_weft.codec import decode
-from django_weft.maintenance import run_maintenance
+from django_weft.common.codec import decode
 from django_weft.models import (
     RunStatus,
     Signal,
@@ -35,6 +33,9 @@ from django_weft.models import (
     Workflow,
     WorkflowStep,
 )
+from django_weft.services import client
+from django_weft.services.maintenance import run_maintenance
+from django_weft.store import transitions
 from tests.procs import executor_row
 
 

@@ -16,7 +16,7 @@ from django.db import connection
 from django.test import override_settings
 
 import django_weft as weft
-from django_weft.bench import find_bench, seed
+from bench import find_bench, seed
 from django_weft.models import RunStatus, SearchAttributeValue, Workflow, WorkflowStep
 from tests.procs import executor_row
 

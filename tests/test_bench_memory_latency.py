@@ -10,7 +10,7 @@ import sys
 import pytest
 from django.db import connection
 
-from django_weft.bench.subprocesses import proc_memory_mb
+from bench.subprocesses import proc_memory_mb
 from django_weft.models import Executor, Workflow
 from tests.test_bench_command import run_bench_command, subprocess_env  # noqa: F401  (a fixture)
 

@@ -12,14 +12,14 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.test.utils import override_settings
 
-from django_weft.bench.parallel import (
+from bench.parallel import (
     NOOP_REPEAT_FACTOR,
     PARALLEL_WORKFLOW,
     SLEEP_ACTIVITY,
     max_overlap,
     parse_branch_counts,
 )
-from django_weft.codec import decode
+from django_weft.common.codec import decode
 from django_weft.models import RunStatus, StepKind, StepStatus, Workflow, WorkflowStep
 from django_weft.testing import ActivityMock
 from tests.procs import executor_row

@@ -13,12 +13,12 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.utils import timezone
 
-from django_weft import client, queries
-from django_weft.bench import query_bench
-from django_weft.bench.query_bench import QUERY_WORKFLOW, STOP_SIGNAL, parse_lengths
-from django_weft.codec import decode, encode
-from django_weft.maintenance import run_maintenance
+from bench import query_bench
+from bench.query_bench import QUERY_WORKFLOW, STOP_SIGNAL, parse_lengths
+from django_weft.common.codec import decode, encode
 from django_weft.models import RunStatus, StepKind, StepStatus, Workflow, WorkflowStep
+from django_weft.services import client, queries
+from django_weft.services.maintenance import run_maintenance
 from tests.procs import executor_row
 
 FAST = ["--repeat", "3", "--probe-seconds", "0.05"]
@@ -130,7 +130,7 @@ def test_query_latency_defaults_to_10_1000_10000_steps_and_20_queries(monkeypatc
 
     monkeypatch.setattr(query_bench, "run_query_bench", fake)
     monkeypatch.setattr(query_bench, "format_table", lambda figures: [])
-    monkeypatch.setattr("django_weft.bench.safety.live_executor_refusal", lambda: None)
+    monkeypatch.setattr("bench.safety.live_executor_refusal", lambda: None)
     call_command("weft_bench", "--query-latency", stdout=StringIO(), stderr=StringIO())
     assert seen["lengths"] == [10, 1000, 10_000] and seen["repeat"] == 20 and seen["keep"] is False
 

@@ -274,13 +274,13 @@ def test_heartbeat_details_reach_the_next_attempt(weft_env):
 
 
 def test_heartbeat_details_must_be_serialisable(weft_env):
-    from django_weft.activities import ActivityInfo, current_activity
+    from django_weft.runtime.activities import ActivityInfo, current_activity
 
     token = current_activity.set(ActivityInfo(workflow_id="w", run_id=__import__("uuid").uuid4(), seq=1,
                                               attempt=1, activity="a"))
     try:
         with pytest.raises(weft.PayloadNotSerializable, match="heartbeat details"):
-            from django_weft.heartbeats import AttemptControl
+            from django_weft.runtime.heartbeats import AttemptControl
 
             AttemptControl(None, current_activity.get().run_id, 1, 1, timeout=None,
                            heartbeat_timeout=None).beat(object())

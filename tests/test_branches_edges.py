@@ -298,7 +298,7 @@ def budgeted_map(ctx: weft.Context, n: int) -> list:
 @concurrent
 @override_settings(WEFT_CELERY_TASK_SECONDS=0.3)
 def test_a_celery_task_out_of_time_lets_running_branches_finish_before_it_hands_the_run_on(weft_env):
-    from django_weft.runtime import drive
+    from django_weft.worker import celery_drive as drive
 
     handle = weft.start("edges.budgeted_map", 6)
     for _ in range(20):

@@ -21,7 +21,7 @@ import pytest
 from django.contrib.auth import get_user_model
 
 import django_weft as weft
-from django_weft.codec import decode
+from django_weft.common.codec import decode
 from django_weft.models import Schedule, Signal, Workflow
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="browser tests need the playwright package "

@@ -10,9 +10,10 @@ from django.core import signing
 from django.utils import timezone
 
 import django_weft as weft
-from django_weft import bulk, transitions
-from django_weft.codec import decode
+from django_weft.common.codec import decode
 from django_weft.models import BulkOperation, RunStatus, Signal, Workflow
+from django_weft.services import bulk
+from django_weft.store import transitions
 
 pytestmark = pytest.mark.django_db
 
@@ -370,5 +371,5 @@ def test_a_failure_midway_marks_the_audit_row_failed(monkeypatch):
 def test_bulk_is_reachable_lazily_from_the_package():
     import django_weft
 
-    assert django_weft.bulk is bulk
+    assert django_weft.services.bulk is bulk
     assert django_weft.BulkPreview is bulk.BulkPreview and issubclass(weft.BulkConfirmationError, weft.WeftError)

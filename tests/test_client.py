@@ -54,7 +54,7 @@ def test_bad_start_raises_a_clear_error_and_writes_nothing(args, kwargs, error, 
 
 @override_settings(WEFT_MAX_PAYLOAD_BYTES=1000)
 def test_payload_exactly_at_the_limit_is_accepted():
-    from django_weft.codec import encode
+    from django_weft.common.codec import encode
 
     payload = "x" * 997  # a str of 256..65535 bytes has a 3-byte msgpack header
     assert len(encode(payload)) == 1000

@@ -11,8 +11,8 @@ import pytest
 from django.db import models
 
 import django_weft as weft
-from django_weft.codec import decode, encode
-from django_weft.registry import get_workflow
+from django_weft.common.codec import decode, encode
+from django_weft.common.registry import get_workflow
 
 
 class Colour(models.TextChoices):

@@ -25,10 +25,10 @@ from django.urls import reverse
 from django.utils import timezone
 
 import django_weft as weft
-from django_weft import liveness
 from django_weft.checks import check_stalled_runs
 from django_weft.models import AsyncActivity, Executor, ExecutorKind, Signal, Workflow, WorkflowStep
-from django_weft.runtime.worker import Worker
+from django_weft.services import liveness
+from django_weft.worker.loop import Worker
 from tests.procs import SHORT_LEASE, wait_until
 
 HINT = "no live executor; is weft_maintenance running?"

@@ -13,8 +13,8 @@ from django.test import override_settings
 from django.urls import reverse
 
 import django_weft as weft
-from django_weft import transitions
 from django_weft.models import RunStatus, StepKind, StepStatus, Workflow, WorkflowStep
+from django_weft.store import transitions
 from tests.test_admin import act  # the admin's cancel and retry actions
 from tests.testapp import evolving_workflows as ev
 

@@ -49,9 +49,10 @@ from django.test import override_settings
 from django.utils import timezone
 
 import django_weft as weft
-from django_weft import group_commit, signals
+from django_weft import signals
 from django_weft.models import RunStatus, Workflow, WorkflowStep
-from django_weft.runtime.worker import Worker
+from django_weft.store import group_commit
+from django_weft.worker.loop import Worker
 from tests.procs import SHORT_LEASE, journal, outputs, wait_until
 from tests.test_processes_signals import LockHolder, backends_blocked_by
 

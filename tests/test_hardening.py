@@ -13,8 +13,9 @@ from django.test import override_settings
 from django.urls import reverse
 
 import django_weft as weft
-from django_weft import repairs
+from django_weft.common import tokens
 from django_weft.models import AsyncActivity, Schedule, Signal, Workflow, WorkflowStep
+from django_weft.store import repairs
 from tests.testapp.hardening_workflows import Crash, handed_out
 from tests.testapp.workflows import executions
 
@@ -107,7 +108,7 @@ def test_a_completion_arriving_after_a_retry_but_before_the_replay_is_applied(we
     repairs.retry_failed(handle.run_id, weft_env.now())
     # The new attempt's token is deterministic; an outside system that has it answers before the replay.
     run = handle.refresh()
-    token = weft.tokens.make_task_token(run.run_id, 1, 1, run.retries)
+    token = tokens.make_task_token(run.run_id, 1, 1, run.retries)
     weft.complete_async_activity(token, "early")
     weft_env.drive()
     assert handle.result(timeout=0) == "early"
@@ -142,9 +143,9 @@ def test_a_token_for_an_attempt_that_never_ran_is_refused(weft_env):
     handle = weft.start("hardening.plain_token", "never")
     weft_env.drive()
     with pytest.raises(weft.InvalidTaskToken):
-        weft.complete_async_activity(weft.tokens.make_task_token(handle.run_id, 1, 5), "x")
+        weft.complete_async_activity(tokens.make_task_token(handle.run_id, 1, 5), "x")
     with pytest.raises(weft.InvalidTaskToken):
-        weft.complete_async_activity(weft.tokens.make_task_token(handle.run_id, 9, 1), "x")
+        weft.complete_async_activity(tokens.make_task_token(handle.run_id, 9, 1), "x")
 
 
 # --- 2. error text the database cannot store ---------------------------------------------------------------
@@ -365,7 +366,7 @@ def test_run_maintenance_takes_now_in_any_offset(db):
 def test_deeply_nested_tuples_decode_in_a_small_thread_stack():
     import threading
 
-    from django_weft.codec import MAX_DEPTH, decode, encode
+    from django_weft.common.codec import MAX_DEPTH, decode, encode
 
     value: object = timedelta(days=1)  # packed by a nested call of its own
     for _ in range(MAX_DEPTH):

@@ -19,7 +19,7 @@ from django.test import override_settings
 from prometheus_client.parser import text_string_to_metric_families
 
 import django_weft as weft
-from django_weft import clock
+from django_weft.common import clock
 from django_weft.models import Workflow
 from django_weft.observability import events
 from tests.procs import wait_until

@@ -11,9 +11,9 @@ from django.db import IntegrityError, OperationalError, connection, connections,
 from django.utils import timezone
 
 import django_weft as weft
-from django_weft import lock_retries
 from django_weft.checks import check_mysql_isolation_setting, check_mysql_server
 from django_weft.models import RunStatus, Signal, Workflow
+from django_weft.store import lock_retries
 
 pytestmark = pytest.mark.django_db
 

@@ -1,4 +1,4 @@
-"""One nesting limit for every payload (django_weft.codec.MAX_DEPTH): refused at every entrance of the Python API,
+"""One nesting limit for every payload (common.codec.MAX_DEPTH): refused at every entrance of the Python API,
 the admin's forms, the webhooks and the commands, with PayloadTooDeep (an InvalidArgument) and nothing written;
 and what was stored deeper before the limit existed still renders in the admin."""
 
@@ -12,7 +12,7 @@ from django.core.management import CommandError, call_command
 from django.urls import reverse
 
 import django_weft as weft
-from django_weft.codec import MAX_DEPTH, decode
+from django_weft.common.codec import MAX_DEPTH, decode, encode
 from django_weft.models import AsyncActivity, Schedule, Signal, Workflow, WorkflowUpdate
 from django_weft.testing import WeftTestEnv
 
@@ -76,16 +76,16 @@ def workflow_result(ctx: weft.Context, depth: int) -> Any:
 
 @pytest.mark.parametrize("kind", ["list", "dict", "tuple", "frozenset"])
 def test_the_limit_is_exact_for_every_kind_of_container(kind):
-    assert decode(weft.codec.encode(nested_in(kind, MAX_DEPTH))) == nested_in(kind, MAX_DEPTH)
+    assert decode(encode(nested_in(kind, MAX_DEPTH))) == nested_in(kind, MAX_DEPTH)
     with pytest.raises(weft.PayloadTooDeep, match=f"nested more than {MAX_DEPTH} levels"):
-        weft.codec.encode(nested_in(kind, MAX_DEPTH + 1))
+        encode(nested_in(kind, MAX_DEPTH + 1))
 
 
 def test_a_frozenset_key_counts_as_a_level():
     at_limit = nested(MAX_DEPTH - 2, leaf={frozenset([1]): "v"})  # the key's members sit MAX_DEPTH deep
-    assert decode(weft.codec.encode(at_limit)) == at_limit
+    assert decode(encode(at_limit)) == at_limit
     with pytest.raises(weft.PayloadTooDeep):
-        weft.codec.encode(nested(MAX_DEPTH - 2, leaf={frozenset([(1,)]): "v"}))
+        encode(nested(MAX_DEPTH - 2, leaf={frozenset([(1,)]): "v"}))
 
 
 @pytest.mark.parametrize("depth", [MAX_DEPTH + 1, 300, 600, 5000])

@@ -17,8 +17,10 @@ import pytest
 from django.db import connection
 
 import django_weft as weft
-from django_weft import bulk, clock, transitions
+from django_weft.common import clock
 from django_weft.models import BulkOperation, RunStatus, Workflow, WorkflowStep
+from django_weft.services import bulk
+from django_weft.store import transitions
 from tests.procs import outputs, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -26,9 +26,10 @@ from django.db import OperationalError, connection, transaction
 from django.utils import timezone
 
 import django_weft as weft
-from django_weft import transitions, with_start
-from django_weft.codec import decode
+from django_weft.common.codec import decode
 from django_weft.models import AsyncActivity, AsyncStatus, RunStatus, Signal, Timer, Workflow
+from django_weft.services import with_start
+from django_weft.store import transitions
 from tests.procs import (
     REPO_ROOT,
     SHORT_LEASE,

@@ -41,9 +41,8 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument as HypothesisInvalidArgument
 
 import django_weft as weft
-from django_weft import attributes as weft_attributes
-from django_weft import client as weft_client
-from django_weft import codec, registry
+from django_weft.common import attributes as weft_attributes
+from django_weft.common import codec, registry
 from django_weft.exceptions import (
     InvalidArgument,
     InvalidTaskToken,
@@ -69,6 +68,7 @@ from django_weft.models import (
     Workflow,
     WorkflowStep,
 )
+from django_weft.services import client as weft_client
 from django_weft.testing import WeftTestEnv
 
 pytestmark = pytest.mark.django_db
@@ -780,7 +780,7 @@ PROBE_STACK_BYTES = 4 * 1024 * 1024
 _PROBE = f"""
 import sys, threading
 threading.stack_size({PROBE_STACK_BYTES})
-from django_weft import codec
+from django_weft.common import codec
 data = sys.stdin.buffer.read()
 worker = threading.Thread(target=codec.decode, args=(data,))
 worker.start()
@@ -1407,7 +1407,7 @@ class _Hang(BaseException):
 
 
 class _VirtualTime:
-    """Stands in for the time module in django_weft.client: virtual seconds, and a hang detector."""
+    """Stands in for the time module in django_weft.services.client: virtual seconds, and a hang detector."""
 
     def __init__(self) -> None:
         self.now = 0.0

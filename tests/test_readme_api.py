@@ -18,8 +18,8 @@ import pytest
 from django.core.management import call_command
 
 import django_weft as weft
-from django_weft import api_keys
 from django_weft.models import Schedule, Workflow
+from django_weft.services import api_keys
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 MARK = re.compile(r"\A# readme-api: (.+)\n")

@@ -21,7 +21,7 @@ from django.test import override_settings
 import django_weft as weft
 from django_weft import signals
 from django_weft.models import Schedule, ScheduleOccurrence, Workflow
-from django_weft.schedules import sync_schedules
+from django_weft.services.schedules import sync_schedules
 from django_weft.testing import WeftTestEnv
 
 pytestmark = pytest.mark.django_db

@@ -94,7 +94,7 @@ def test_six_field_cron_has_seconds_first(env):
 
 
 def weft_next(schedule, count):
-    from django_weft.schedules import next_occurrences
+    from django_weft.services.schedules import next_occurrences
 
     return next_occurrences(schedule, count)
 
@@ -302,7 +302,7 @@ def test_jitter_is_deterministic_and_stays_before_the_next_occurrence(env):
         assert schedule.next_fire_at == T0 + timedelta(minutes=1)  # nominal
         assert T0 + timedelta(minutes=1) <= schedule.due_at < T0 + timedelta(minutes=1, seconds=30)
     assert a.due_at != b.due_at, "the delay depends on the schedule"
-    from django_weft.occurrences import jitter_offset
+    from django_weft.common.occurrences import jitter_offset
 
     assert jitter_offset("j1", a.next_fire_at, jitter, None) == a.due_at - a.next_fire_at
     env.advance(a.due_at - T0 - timedelta(microseconds=1))

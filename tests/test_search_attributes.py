@@ -12,9 +12,10 @@ import pytest
 from django.test import override_settings
 
 import django_weft as weft
-from django_weft import attribute_rows, attributes
-from django_weft.codec import decode
+from django_weft.common import attributes
+from django_weft.common.codec import decode
 from django_weft.models import SearchAttributeValue, StepKind, Workflow, WorkflowStep
+from django_weft.store import search_rows as attribute_rows
 from tests.testapp.hardening_workflows import Crash
 from tests.testapp.workflows import executions
 
@@ -262,7 +263,7 @@ def test_a_recorded_step_is_not_checked_again_when_the_declarations_change(weft_
 
 
 def test_purging_a_run_deletes_its_rows(weft_env):
-    from django_weft.maintenance import delete_finished_runs
+    from django_weft.services.maintenance import delete_finished_runs
 
     done = weft.start("test.steps", {"key": "p", "count": 0}, search_attributes={"labels": ["a", "b"]})
     kept = weft.start("test.long_sleep", search_attributes={"labels": ["a"]})

@@ -15,7 +15,7 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 import django_weft as weft
-from django_weft.codec import decode
+from django_weft.common.codec import decode
 from django_weft.models import RunStatus, Signal, Workflow
 from django_weft.signals import signal_received
 from tests.procs import in_threads, wait_until

@@ -43,7 +43,7 @@ from django.db import connection, transaction
 from django.db.models import Count
 
 import django_weft as weft
-from django_weft.codec import decode
+from django_weft.common.codec import decode
 from django_weft.models import (
     OccurrenceOutcome,
     RunStatus,

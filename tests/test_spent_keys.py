@@ -12,8 +12,8 @@ from django.test import override_settings
 from django.urls import reverse
 
 import django_weft as weft
-from django_weft.maintenance import delete_finished_runs
 from django_weft.models import RunStatus, Signal, SpentIdempotencyKey, Workflow
+from django_weft.services.maintenance import delete_finished_runs
 from tests.procs import in_threads
 from tests.testapp.workflows import executions
 

@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 
 import django_weft as weft
-from django_weft import clock
+from django_weft.common import clock
 from django_weft.testing import WeftTestEnv
 
 pytestmark = pytest.mark.django_db

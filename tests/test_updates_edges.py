@@ -6,7 +6,7 @@ import pytest
 from django.utils import timezone
 
 import django_weft as weft
-from django_weft.codec import encode
+from django_weft.common.codec import encode
 from django_weft.models import RunStatus, UpdateStatus, Workflow, WorkflowUpdate
 
 pytestmark = pytest.mark.django_db

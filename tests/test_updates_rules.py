@@ -45,7 +45,7 @@ def late_update_handler(ctx: weft.Context) -> list:
 def test_an_update_accepted_before_the_claim_whose_handler_comes_later_is_applied(weft_env):
     from datetime import timedelta
 
-    from django_weft import clock
+    from django_weft.common import clock
 
     handle = weft.start("updrules.late_update_handler")
     weft_env.drive()                                   # parked in the sleep
@@ -152,7 +152,7 @@ def switch(ctx: weft.Context, phase: int | None = None) -> list:
 
 def test_an_update_validated_against_a_run_that_continued_meanwhile_does_not_block_the_next_run(weft_env,
                                                                                                 monkeypatch):
-    from django_weft import updates
+    from django_weft.services import updates
 
     handle = weft.start("updrules.switch", workflow_id="switch-1")
     weft_env.drive()
@@ -176,7 +176,7 @@ def test_an_update_validated_against_a_run_that_continued_meanwhile_does_not_blo
 def test_a_moved_update_the_next_run_has_no_handler_for_fails_and_does_not_hold_back_the_rest(weft_env):
     from django.utils import timezone
 
-    from django_weft.codec import encode
+    from django_weft.common.codec import encode
 
     handle = weft.start("updates.roller", workflow_id="roller-2")  # its first run takes no updates
     weft_env.drive()
@@ -203,7 +203,7 @@ def restart_in_handler(ctx: weft.Context, carried: int | None = None) -> int:
 
 
 def test_continue_as_new_in_an_update_handler_is_refused_like_a_durable_call(weft_env, monkeypatch):
-    from django_weft import transitions
+    from django_weft.store import transitions
 
     handle = weft.start("updrules.restart_in_handler", workflow_id="restart-1")
     weft_env.drive()

@@ -14,7 +14,7 @@ from django.db import connection, connections, transaction
 
 import django_weft as weft
 from django_weft.models import RunStatus, Schedule, Workflow
-from django_weft.wakeups import CHANNEL, SCHEDULE_CHANNEL
+from django_weft.store.wakeups import CHANNEL, SCHEDULE_CHANNEL
 from tests.procs import wait_until
 from tests.testapp.workflows import executions
 

@@ -11,9 +11,9 @@ from django.core.management import CommandError, call_command
 from django.test import override_settings
 
 import django_weft as weft
-from django_weft import bulk
-from django_weft.client import WorkflowHandle
 from django_weft.models import BulkOperation, RunStatus, SearchAttributeValue, Signal, Workflow
+from django_weft.services import bulk
+from django_weft.services.client import WorkflowHandle
 
 pytestmark = pytest.mark.django_db
 

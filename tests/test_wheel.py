@@ -77,7 +77,8 @@ def test_the_wheel_holds_every_module_template_static_file_and_migration(wheel_f
 
 def test_the_wheel_holds_nothing_else(wheel_files):
     top = {name.split("/")[0] for name in wheel_files}
-    assert top == {"django_weft", "django_weft-0.1.0.dist-info"}, top  # no tests/, testproject/, docs/
+    assert top == {"django_weft", "django_weft-0.1.0.dist-info"}, top  # no tests/, testproject/, bench/, docs/
+    assert not [name for name in wheel_files if "bench" in name], "the benchmarks live in bench/, not in the wheel"
     package = {name for name in wheel_files if name.startswith("django_weft/")}
     assert {Path(name).suffix or Path(name).name for name in package} <= RUNTIME_SUFFIXES | {"py.typed"}
     parts = {part for name in package for part in Path(name).parts}
@@ -98,7 +99,7 @@ def test_the_wheel_metadata_declares_the_dependencies_and_extras(dist):
 def test_the_sdist_holds_the_tests_but_no_local_state(dist):
     with tarfile.open(dist["sdist"]) as sdist:
         names = {name.split("/", 1)[1] for name in sdist.getnames() if "/" in name}
-    assert {"pyproject.toml", "README.md", "django_weft/py.typed", "tests/conftest.py"} <= names
+    assert {"pyproject.toml", "README.md", "django_weft/py.typed", "tests/conftest.py", "bench/core.py"} <= names
     assert not [n for n in names if n.endswith((".sqlite3", ".pyc")) or n.startswith((".hypothesis/", "artifacts/",
                                                                                        ".venv/"))]
 

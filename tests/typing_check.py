@@ -50,9 +50,9 @@ def checkout(ctx: weft.Context, order_id: int) -> str:
 
 def bulk_cancel() -> int:
     preview = weft.bulk.cancel("incident", dry_run=True, tags=["b"])
-    reveal_type(preview)  # N: Revealed type is "django_weft.bulk.BulkPreview"
+    reveal_type(preview)  # N: Revealed type is "django_weft.services.bulk.BulkPreview"
     result = weft.bulk.cancel("incident", confirmation_token=preview.confirmation_token, tags=["b"])
-    reveal_type(result)  # N: Revealed type is "django_weft.bulk.BulkResult"
-    reveal_type(weft.bulk.signal("go", 1, dry_run=True))  # N: Revealed type is "django_weft.bulk.BulkPreview"
-    reveal_type(weft.bulk.purge(confirmation_token="t"))  # N: Revealed type is "django_weft.bulk.BulkResult"
+    reveal_type(result)  # N: Revealed type is "django_weft.services.bulk.BulkResult"
+    reveal_type(weft.bulk.signal("go", 1, dry_run=True))  # N: Revealed type is "django_weft.services.bulk.BulkPreview"
+    reveal_type(weft.bulk.purge(confirmation_token="t"))  # N: Revealed type is "django_weft.services.bulk.BulkResult"
     return result.count + preview.matched

@@ -2,10 +2,10 @@
 async activities), schedules (create, edit, pause, resume, trigger, cancel), executors (read-only: the
 processes alive now) and the HTTP API's keys (create, shown once; revoke)."""
 
-from .api_keys import ApiKeyAdmin
-from .bulk import BulkOperationAdmin
-from .executors import ExecutorAdmin
-from .runs import WorkflowAdmin
-from .schedules import ScheduleAdmin
+from django_weft.admin.api_keys import ApiKeyAdmin
+from django_weft.admin.bulk import BulkOperationAdmin
+from django_weft.admin.executors import ExecutorAdmin
+from django_weft.admin.runs import WorkflowAdmin
+from django_weft.admin.schedules import ScheduleAdmin
 
 __all__ = ["ApiKeyAdmin", "BulkOperationAdmin", "ExecutorAdmin", "ScheduleAdmin", "WorkflowAdmin"]

@@ -18,9 +18,9 @@ from django.template.response import TemplateResponse
 from django.utils.cache import patch_cache_control
 from django.utils.translation import gettext_lazy as _
 
-from .. import api_keys
-from ..models import ApiKey
-from .common import Operation, OperationsMixin
+from django_weft.admin.common import Operation, OperationsMixin
+from django_weft.models import ApiKey
+from django_weft.services import api_keys
 
 SHOWN_FIELDS = ("name", "prefix", "permission_list", "created_at", "created_by", "last_used_at", "revoked_at")
 

@@ -28,12 +28,13 @@ from django.urls import path, reverse
 from django.utils.translation import gettext as _t
 from django.utils.translation import gettext_lazy as _
 
-from .. import bulk, filter_text
-from ..exceptions import BulkConfirmationError, InvalidArgument, WeftError
-from ..finding import runs_matching
-from ..models import BulkOperation, Schedule, Workflow
-from .common import ReadOnlyMixin, badge, pre, pretty_value
-from .filters import ATTRIBUTE_PREFIX
+from django_weft.admin.common import ReadOnlyMixin, badge, pre, pretty_value
+from django_weft.admin.filters import ATTRIBUTE_PREFIX
+from django_weft.exceptions import BulkConfirmationError, InvalidArgument, WeftError
+from django_weft.models import BulkOperation, Schedule, Workflow
+from django_weft.services import bulk
+from django_weft.services import visibility_text as filter_text
+from django_weft.services.visibility import runs_matching
 
 if TYPE_CHECKING:
     from django_stubs_ext import StrOrPromise

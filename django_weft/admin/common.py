@@ -29,9 +29,9 @@ from django.utils.text import capfirst
 from django.utils.translation import gettext as _t
 from django.utils.translation import ngettext
 
-from .. import clock
-from ..codec import CONTAINERS, MAX_DEPTH, decode, nests_deeper_than
-from ..exceptions import WeftError
+from django_weft.common import clock
+from django_weft.common.codec import CONTAINERS, MAX_DEPTH, decode, nests_deeper_than
+from django_weft.exceptions import WeftError
 
 if TYPE_CHECKING:
     from django_stubs_ext import StrOrPromise

@@ -11,9 +11,10 @@ from django.http import HttpRequest
 from django.utils.translation import gettext as _t
 from django.utils.translation import gettext_lazy as _
 
-from .. import clock, liveness
-from ..models import Executor
-from .common import ReadOnlyMixin, human_duration
+from django_weft.admin.common import ReadOnlyMixin, human_duration
+from django_weft.common import clock
+from django_weft.models import Executor
+from django_weft.services import liveness
 
 
 class AliveFilter(admin.SimpleListFilter):

@@ -1,7 +1,7 @@
 """The run changelist's filters by version, by tag and by each declared search attribute (WEFT_SEARCH_ATTRIBUTES),
 and the run page's list of its attributes.
 
-Every filter narrows the changelist through :func:`django_weft.finding.runs_matching`, so the admin and
+Every filter narrows the changelist through :func:`django_weft.services.visibility.runs_matching`, so the admin and
 ``weft.list_runs`` match the same runs by the same rules; a value the rules refuse (a word where a number goes)
 is shown as an error and matches nothing, rather than being dropped and matching everything.
 """
@@ -21,10 +21,11 @@ from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext as _t
 from django.utils.translation import gettext_lazy as _
 
-from .. import attributes, finding
-from ..exceptions import ConfigurationError, InvalidArgument
-from ..models import Workflow
-from ..registry import registered_versions, registered_workflow_names
+from django_weft.common import attributes
+from django_weft.common.registry import registered_versions, registered_workflow_names
+from django_weft.exceptions import ConfigurationError, InvalidArgument
+from django_weft.models import Workflow
+from django_weft.services import visibility as finding
 
 # Versions offered as choices, at most (a higher one still filters from the URL).
 MAX_VERSIONS_LISTED = 50

@@ -16,14 +16,14 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 
-from ..codec import MAX_DEPTH, decode, encode, nests_deeper_than
-from ..conf import weft_settings
-from ..exceptions import InvalidArgument, WeftError
-from ..models import Schedule, Workflow
-from ..occurrences import check_cron, parse_zone
-from ..registry import registered_workflow_names
-from ..schedules import ScheduleSpec
-from ..tokens import read_task_token
+from django_weft.common.codec import MAX_DEPTH, decode, encode, nests_deeper_than
+from django_weft.common.occurrences import check_cron, parse_zone
+from django_weft.common.registry import registered_workflow_names
+from django_weft.common.tokens import read_task_token
+from django_weft.conf import weft_settings
+from django_weft.exceptions import InvalidArgument, WeftError
+from django_weft.models import Schedule, Workflow
+from django_weft.services.schedules import ScheduleSpec
 
 
 class PayloadField(forms.JSONField):

@@ -13,7 +13,13 @@ from django.utils.html import format_html
 from django.utils.translation import gettext as _t
 from django.utils.translation import gettext_lazy as _
 
-from ..models import (
+from django_weft.admin.common import (
+    ReadOnlyInline,
+    badge,
+    preview,
+    span,
+)
+from django_weft.models import (
     AsyncActivity,
     AsyncStatus,
     Signal,
@@ -23,12 +29,6 @@ from ..models import (
     TimerPurpose,
     Workflow,
     WorkflowStep,
-)
-from .common import (
-    ReadOnlyInline,
-    badge,
-    preview,
-    span,
 )
 
 if TYPE_CHECKING:

@@ -17,23 +17,8 @@ from django.utils.safestring import mark_safe
 from django.utils.translation import gettext as _t
 from django.utils.translation import gettext_lazy as _
 
-from .. import clock, liveness, repairs, transitions
-from ..activities import complete_async_activity, fail_async_activity
-from ..client import WorkflowHandle
-from ..conf import weft_settings
-from ..exceptions import WeftError
-from ..maintenance import delete_finished_runs
-from ..models import (
-    AsyncActivity,
-    AsyncStatus,
-    RunStatus,
-    Workflow,
-    WorkflowStep,
-)
-from ..registry import registered_workflow_names
-from ..tokens import read_task_token
-from .bulk import bulk_context, bulk_urls
-from .common import (
+from django_weft.admin.bulk import bulk_context, bulk_urls
+from django_weft.admin.common import (
     BoundedPaginator,
     Operation,
     OperationsMixin,
@@ -43,9 +28,9 @@ from .common import (
     pretty,
     span,
 )
-from .filters import TagFilter, VersionFilter, attribute_filters, attribute_listing
-from .forms import AsyncCompletionForm, SignalForm
-from .run_inlines import (
+from django_weft.admin.filters import TagFilter, VersionFilter, attribute_filters, attribute_listing
+from django_weft.admin.forms import AsyncCompletionForm, SignalForm
+from django_weft.admin.run_inlines import (
     AsyncActivityInline,
     SignalInline,
     StepAttemptInline,
@@ -54,8 +39,25 @@ from .run_inlines import (
     hidden_token,
     may_complete_async,
 )
-from .talk import UpdateInline, send_update_view, talk_panel
-from .timeline import build_timeline, journal_rows
+from django_weft.admin.talk import UpdateInline, send_update_view, talk_panel
+from django_weft.admin.timeline import build_timeline, journal_rows
+from django_weft.common import clock
+from django_weft.common.registry import registered_workflow_names
+from django_weft.common.tokens import read_task_token
+from django_weft.conf import weft_settings
+from django_weft.exceptions import WeftError
+from django_weft.models import (
+    AsyncActivity,
+    AsyncStatus,
+    RunStatus,
+    Workflow,
+    WorkflowStep,
+)
+from django_weft.runtime.activities import complete_async_activity, fail_async_activity
+from django_weft.services import liveness
+from django_weft.services.client import WorkflowHandle
+from django_weft.services.maintenance import delete_finished_runs
+from django_weft.store import repairs, transitions
 
 if TYPE_CHECKING:
     pass

@@ -14,12 +14,12 @@ from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext as _t
 from django.utils.translation import gettext_lazy as _
 
-from .. import schedules
-from ..exceptions import WeftError
-from ..models import Schedule, ScheduleOccurrence, ScheduleStatus
-from .common import Operation, OperationsMixin, badge, pre, pretty
-from .describe import describe_cron, describe_interval
-from .forms import SETTINGS_NOTE, ScheduleForm, defined_in_settings
+from django_weft.admin.common import Operation, OperationsMixin, badge, pre, pretty
+from django_weft.admin.describe import describe_cron, describe_interval
+from django_weft.admin.forms import SETTINGS_NOTE, ScheduleForm, defined_in_settings
+from django_weft.exceptions import WeftError
+from django_weft.models import Schedule, ScheduleOccurrence, ScheduleStatus
+from django_weft.services import schedules
 
 PREVIEW_COUNT = 10
 RECENT_OCCURRENCES = 50

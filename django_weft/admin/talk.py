@@ -2,7 +2,7 @@
 answer), its updates (an inline beside the signals) and the "send update" form.
 
 Queries are read-only and open to whoever may view the run: the panel's forms are GET forms on the run's own
-page, answered from a dry replay of the journal (django_weft.queries), which executes and writes nothing.
+page, answered from a dry replay of the journal (django_weft.services.queries), which executes and writes nothing.
 Sending an update needs the signal permission and calls ``start_update``: validated before anything is
 written, then applied by the run, whose page shows it pending and then its reply.
 """
@@ -21,18 +21,18 @@ from django.utils.http import urlencode
 from django.utils.translation import gettext as _t
 from django.utils.translation import gettext_lazy as _
 
-from .. import queries
-from ..client import WorkflowHandle
-from ..codec import MAX_DEPTH
-from ..exceptions import InvalidArgument, WeftError, WorkflowNotRegistered
-from ..models import RunStatus, Timer, UpdateStatus, Workflow, WorkflowStep, WorkflowUpdate
-from ..starts import check_id
-from .common import MAX_INLINE_ROWS, ReadOnlyInline, badge, pretty_value, preview
-from .forms import UpdateForm
+from django_weft.admin.common import MAX_INLINE_ROWS, ReadOnlyInline, badge, pretty_value, preview
+from django_weft.admin.forms import UpdateForm
+from django_weft.common.codec import MAX_DEPTH
+from django_weft.exceptions import InvalidArgument, WeftError, WorkflowNotRegistered
+from django_weft.models import RunStatus, Timer, UpdateStatus, Workflow, WorkflowStep, WorkflowUpdate
+from django_weft.services import queries
+from django_weft.services.client import WorkflowHandle
+from django_weft.store.starts import check_id
 
 if TYPE_CHECKING:
-    from ..runtime.context import Context
-    from .runs import WorkflowAdmin
+    from django_weft.admin.runs import WorkflowAdmin
+    from django_weft.runtime.context import Context
 
 # The panel replays a journal this long on every view of the page; a longer one only when asked (a link).
 AUTO_REPLAY_MAX_STEPS = 2000

@@ -17,11 +17,11 @@ from typing import Any
 
 from django.utils.translation import gettext as _t
 
-from .. import clock
-from ..codec import decode
-from ..models import StepKind, StepStatus, Workflow, WorkflowStep
-from . import common
-from .common import BADGE_COLOURS, human_duration
+from django_weft.admin import common
+from django_weft.admin.common import BADGE_COLOURS, human_duration
+from django_weft.common import clock
+from django_weft.common.codec import decode
+from django_weft.models import StepKind, StepStatus, Workflow, WorkflowStep
 
 # What a branch that lost a race records (runtime.replay.branches.Branches.race).
 LOST_RACE = re.compile(r"lost the race of step (\d+) to step (\d+)")

@@ -11,12 +11,12 @@ from django.http import HttpRequest, HttpResponse
 from ninja import NinjaAPI
 from ninja.parser import Parser
 
-from .. import __version__
-from ..codec import MAX_DEPTH
-from ..conf import weft_settings
-from ..exceptions import PayloadTooDeep
-from . import bulk, errors, runs, schedules, waits, webhooks
-from .auth import AUTH
+from django_weft import __version__
+from django_weft.api import bulk, errors, runs, schedules, waits, webhooks
+from django_weft.api.auth import AUTH
+from django_weft.common.codec import MAX_DEPTH
+from django_weft.conf import weft_settings
+from django_weft.exceptions import PayloadTooDeep
 
 
 class JsonBody(Parser):

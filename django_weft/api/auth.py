@@ -1,6 +1,6 @@
 """Who calls, and what they may do.
 
-Two ways in: an API key (``Authorization: Bearer weft_...``, see :mod:`django_weft.api_keys`) or the Django
+Two ways in: an API key (``Authorization: Bearer weft_...``, see :mod:`django_weft.services.api_keys`) or the Django
 session of a logged-in user (the admin's own pages; unsafe methods then need the CSRF token). Either way
 each operation checks one model permission, the same the admin checks (``django_weft.cancel_workflow``...):
 a key holds its permissions, a user has them through Django's auth (superusers have all).
@@ -14,9 +14,9 @@ from django.http import HttpRequest
 from ninja.errors import AuthenticationError
 from ninja.security import HttpBearer, SessionAuth
 
-from .. import api_keys
-from ..models import ApiKey
-from .errors import ApiError
+from django_weft.api.errors import ApiError
+from django_weft.models import ApiKey
+from django_weft.services import api_keys
 
 APP = "django_weft"
 

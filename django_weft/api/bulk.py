@@ -13,11 +13,11 @@ from django.http import HttpRequest
 from ninja import Router, Schema
 from pydantic import Field
 
-from .. import bulk
-from ..bulk import BulkPreview
-from .auth import caller, require
-from .filters import RunFilters, to_keywords
-from .schemas import ERRORS, Body
+from django_weft.api.auth import caller, require
+from django_weft.api.filters import RunFilters, to_keywords
+from django_weft.api.schemas import ERRORS, Body
+from django_weft.services import bulk
+from django_weft.services.bulk import BulkPreview
 
 router = Router(tags=["bulk"])
 

@@ -7,7 +7,7 @@ from django.contrib.admin.views.decorators import staff_member_required
 from django.http import HttpRequest, HttpResponse
 from ninja.openapi.docs import Swagger
 
-from .app import api
+from django_weft.api.app import api
 
 
 @staff_member_required

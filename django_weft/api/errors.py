@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from django.http import Http404, HttpRequest, HttpResponse
 from ninja.errors import AuthenticationError, AuthorizationError, HttpError, ValidationError
 
-from .. import exceptions as weft
+from django_weft import exceptions as weft
 
 if TYPE_CHECKING:
     from ninja import NinjaAPI

@@ -2,8 +2,8 @@
 ``GET runs/count``, and the ``"filters"`` object of ``POST bulk/<operation>`` (the same names, the same text).
 
 Values are text, as in a query string (``created_after=2025-03-01``, ``attr=amount__gte=100``), read by
-:mod:`django_weft.filter_text` as ``manage.py weft_runs`` reads its options; :func:`to_keywords` turns them into
-the keywords of :func:`~django_weft.finding.runs_matching`, which checks them (a mistake is a 422 naming it).
+:mod:`~.visibility_text` as ``manage.py weft_runs`` reads its options; :func:`to_keywords` turns them into
+the keywords of :func:`~.visibility.runs_matching`, which checks them (a mistake is a 422 naming it).
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from .. import filter_text
-from ..finding import GROUPS
-from .schemas import Body
+from django_weft.api.schemas import Body
+from django_weft.services import visibility_text as filter_text
+from django_weft.services.visibility import GROUPS
 
 TEXT = 255  # the longest value a filter takes (ids, names, prefixes)
 MANY = 50  # the most values a repeated filter takes

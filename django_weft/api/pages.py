@@ -16,7 +16,7 @@ from django.db.models import Model, QuerySet
 from ninja import Schema
 from pydantic import Field
 
-from .errors import ApiError
+from django_weft.api.errors import ApiError
 
 LIMIT = 500
 

@@ -29,7 +29,7 @@ from django.http import HttpRequest, HttpResponseNotAllowed
 from django.http.response import HttpResponseBase
 from django.urls import URLPattern
 
-from .errors import error_response
+from django_weft.api.errors import error_response
 
 if TYPE_CHECKING:
     from ninja import NinjaAPI

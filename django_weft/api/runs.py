@@ -11,15 +11,12 @@ from django.db.models import Q
 from django.http import HttpRequest
 from ninja import Query, Router, Status
 
-from .. import client, finding, with_start
-from ..client import WorkflowHandle
-from ..models import StepAttempt, Workflow, WorkflowStep
-from . import pages
-from .auth import caller, require
-from .errors import ApiError
-from .filters import CountQuery, RunFilters, to_keywords
-from .pages import PageQuery
-from .schemas import (
+from django_weft.api import pages
+from django_weft.api.auth import caller, require
+from django_weft.api.errors import ApiError
+from django_weft.api.filters import CountQuery, RunFilters, to_keywords
+from django_weft.api.pages import PageQuery
+from django_weft.api.schemas import (
     ERRORS,
     ChangedOut,
     CountOut,
@@ -40,6 +37,10 @@ from .schemas import (
     run_out,
     step_out,
 )
+from django_weft.models import StepAttempt, Workflow, WorkflowStep
+from django_weft.services import client, with_start
+from django_weft.services import visibility as finding
+from django_weft.services.client import WorkflowHandle
 
 router = Router(tags=["runs"])
 

@@ -1,5 +1,5 @@
 """Request and response bodies of the schedule routes. Durations (``every``, ``catchup_window``, ``jitter``)
-are seconds; moments are ISO 8601 with an offset. The options are :func:`django_weft.schedules.create_schedule`'s,
+are seconds; moments are ISO 8601 with an offset. The options are :func:`~.schedules.create_schedule`'s,
 which validates them: a body that parses but says something impossible (a bad cron, an unknown zone) gets that
 function's message with 422."""
 
@@ -12,9 +12,9 @@ from typing import Any, Literal
 from ninja import Schema
 from pydantic import Field
 
-from ..codec import decode
-from ..models import Schedule
-from .schemas import Body, as_json
+from django_weft.api.schemas import Body, as_json
+from django_weft.common.codec import decode
+from django_weft.models import Schedule
 
 Overlap = Literal["skip", "buffer_one", "buffer_all", "cancel_other", "allow_all"]
 Seconds = float | None

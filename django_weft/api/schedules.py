@@ -1,6 +1,6 @@
 """Routes of schedules: create, list, get, update, pause, resume, trigger, backfill, cancel.
 
-Each calls the operation of :mod:`django_weft.schedules` (one transaction on the locked schedule row), so the API
+Each calls the operation of :mod:`~.services.schedules` (one transaction on the locked schedule row), so the API
 validates, refuses and records exactly as Python callers and the admin do. Permissions are the Schedule model's,
 as in the admin: ``view_schedule`` to read, ``add_schedule`` to create, ``change_schedule`` for everything that
 changes one, cancel included (the admin cancels with the change permission too; nothing deletes a schedule, whose
@@ -15,15 +15,11 @@ from django.http import HttpRequest
 from ninja import Query, Router, Status
 from pydantic import Field
 
-from .. import schedules
-from ..conf import weft_settings
-from ..models import Schedule, ScheduleStatus
-from ..storable import check_text, unstorable_reason
-from . import pages
-from .auth import caller, require
-from .errors import ApiError
-from .pages import PageQuery
-from .schedule_schemas import (
+from django_weft.api import pages
+from django_weft.api.auth import caller, require
+from django_weft.api.errors import ApiError
+from django_weft.api.pages import PageQuery
+from django_weft.api.schedule_schemas import (
     BackfillIn,
     BackfillOut,
     PauseIn,
@@ -34,7 +30,11 @@ from .schedule_schemas import (
     TriggerOut,
     schedule_out,
 )
-from .schemas import ERRORS, ScheduleId
+from django_weft.api.schemas import ERRORS, ScheduleId
+from django_weft.common.storable import check_text, unstorable_reason
+from django_weft.conf import weft_settings
+from django_weft.models import Schedule, ScheduleStatus
+from django_weft.services import schedules
 
 router = Router(tags=["schedules"])
 

@@ -15,8 +15,8 @@ from typing import Annotated, Any, Literal
 from ninja import Path, Schema
 from pydantic import ConfigDict, Field, model_validator
 
-from ..codec import CONTAINERS, MAX_DEPTH, decode
-from ..models import StepAttempt, Workflow, WorkflowStep
+from django_weft.common.codec import CONTAINERS, MAX_DEPTH, decode
+from django_weft.models import StepAttempt, Workflow, WorkflowStep
 
 ID = Field(min_length=1, max_length=255)
 

@@ -6,9 +6,9 @@ from typing import Any
 
 from django.urls import URLPattern, path, re_path
 
-from .app import api
-from .docs import docs
-from .routing import Dispatcher
+from django_weft.api.app import api
+from django_weft.api.docs import docs
+from django_weft.api.routing import Dispatcher
 
 # Routes that wait for a run (they would not see it move inside the request's transaction) and bulk operations
 # (a transaction per run, by design): exempt from ATOMIC_REQUESTS.

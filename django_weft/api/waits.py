@@ -16,15 +16,9 @@ from django.http import HttpRequest
 from ninja import Query, Router, Schema
 from pydantic import Field
 
-from .. import client
-from ..conf import weft_settings
-from ..exceptions import WorkflowCancelled, WorkflowFailed, WorkflowNotFound, WorkflowTimedOut
-from ..models import Workflow, WorkflowUpdate
-from ..storable import check_text
-from ..updates import UpdateHandle
-from .auth import require
-from .errors import ApiError
-from .schemas import (
+from django_weft.api.auth import require
+from django_weft.api.errors import ApiError
+from django_weft.api.schemas import (
     ERRORS,
     Body,
     ErrorOut,
@@ -36,6 +30,12 @@ from .schemas import (
     as_json,
     run_out,
 )
+from django_weft.common.storable import check_text
+from django_weft.conf import weft_settings
+from django_weft.exceptions import WorkflowCancelled, WorkflowFailed, WorkflowNotFound, WorkflowTimedOut
+from django_weft.models import Workflow, WorkflowUpdate
+from django_weft.services import client
+from django_weft.services.updates import UpdateHandle
 
 router = Router(tags=["runs"])
 

@@ -11,9 +11,9 @@ from django.http import HttpRequest
 from ninja import Router, Schema
 from pydantic import Field
 
-from ..views import Refused, resolve
-from .errors import ApiError
-from .schemas import ERRORS, Body
+from django_weft.api.errors import ApiError
+from django_weft.api.schemas import ERRORS, Body
+from django_weft.views import Refused, resolve
 
 router = Router(tags=["async activities"])
 

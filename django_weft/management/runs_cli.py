@@ -12,9 +12,10 @@ from typing import Any
 
 from django.core.management.base import OutputWrapper
 
-from .. import bulk, filter_text
-from ..codec import decode
-from ..models import FailureCategory, RunStatus, StepAttempt, Workflow, WorkflowStep
+from django_weft.common.codec import decode
+from django_weft.models import FailureCategory, RunStatus, StepAttempt, Workflow, WorkflowStep
+from django_weft.services import bulk
+from django_weft.services import visibility_text as filter_text
 
 MAX_CELL = 40
 

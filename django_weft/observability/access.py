@@ -6,7 +6,7 @@ from __future__ import annotations
 import hmac
 import ipaddress
 
-from ..conf import weft_settings
+from django_weft.conf import weft_settings
 
 
 def bearer_token(authorization: str) -> str | None:

@@ -20,9 +20,9 @@ from typing import Any, Protocol
 from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
 
-from .. import signals
-from ..conf import weft_settings
-from ..models import StepKind, StepStatus, Workflow, WorkflowStep
+from django_weft import signals
+from django_weft.conf import weft_settings
+from django_weft.models import StepKind, StepStatus, Workflow, WorkflowStep
 
 logger = logging.getLogger("django_weft.observability")
 
@@ -145,7 +145,7 @@ def takeover(run: Workflow) -> None:
 
 
 class AttemptInfo(Protocol):
-    """What an attempt's hooks read of ``django_weft.activities.ActivityInfo``."""
+    """What an attempt's hooks read of ``django_weft.runtime.activities.ActivityInfo``."""
 
     activity: str
     seq: int

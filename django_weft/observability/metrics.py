@@ -26,10 +26,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from .. import clock
-from ..conf import weft_settings
-from ..models import Schedule, ScheduleStatus, Timer, Workflow
-from .access import bearer_token, is_metrics_token
+from django_weft.common import clock
+from django_weft.conf import weft_settings
+from django_weft.models import Schedule, ScheduleStatus, Timer, Workflow
+from django_weft.observability.access import bearer_token, is_metrics_token
 
 logger = logging.getLogger("django_weft.metrics")
 

@@ -17,7 +17,7 @@ from typing import Any
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 
-from ..models import Workflow
+from django_weft.models import Workflow
 
 _tracer = trace.get_tracer("django_weft")
 _NO_SDK = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)

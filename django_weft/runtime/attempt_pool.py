@@ -21,10 +21,10 @@ from typing import Any
 
 from django.db import connections
 
-from ..activities import ActivityInfo, CompleteAsync, current_activity, is_coroutine_body
-from ..codec import encode
-from ..conf import weft_settings
-from ..exceptions import ActivityCancelled, ActivityTimeout
+from django_weft.common.codec import encode
+from django_weft.conf import weft_settings
+from django_weft.exceptions import ActivityCancelled, ActivityTimeout
+from django_weft.runtime.activities import ActivityInfo, CompleteAsync, current_activity, is_coroutine_body
 
 logger = logging.getLogger("django_weft.executor")
 

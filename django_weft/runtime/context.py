@@ -9,15 +9,15 @@ commits the run as parked and raises :class:`Suspend`.
 
 from __future__ import annotations
 
-from .replay.activities import ActivityOps
-from .replay.attributes import SearchAttributes
-from .replay.branches import Branches
-from .replay.children import ChildHandle, Children
-from .replay.inbox import Inbox
-from .replay.lifecycle import Lifecycle
-from .replay.pending import Pending
-from .replay.timers import Timers
-from .replay.values import RecordedValues
+from django_weft.runtime.replay.activities import ActivityOps
+from django_weft.runtime.replay.attributes import SearchAttributes
+from django_weft.runtime.replay.branches import Branches
+from django_weft.runtime.replay.children import ChildHandle, Children
+from django_weft.runtime.replay.inbox import Inbox
+from django_weft.runtime.replay.lifecycle import Lifecycle
+from django_weft.runtime.replay.pending import Pending
+from django_weft.runtime.replay.timers import Timers
+from django_weft.runtime.replay.values import RecordedValues
 
 __all__ = ["ChildHandle", "Context", "Pending"]
 

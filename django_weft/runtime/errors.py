@@ -8,8 +8,8 @@ from __future__ import annotations
 import traceback
 from typing import Any
 
-from ..choices import AttemptOutcome, FailureCategory, RunStatus
-from ..exceptions import (
+from django_weft.common.storable import storable_json, storable_text
+from django_weft.exceptions import (
     ActivityCancelled,
     ActivityError,
     ActivityTimeout,
@@ -19,7 +19,7 @@ from ..exceptions import (
     PayloadTooLarge,
     WaitTimeout,
 )
-from ..storable import storable_json, storable_text
+from django_weft.models.choices import AttemptOutcome, FailureCategory, RunStatus
 
 
 class EngineExit(BaseException):
@@ -75,7 +75,7 @@ def _type_name(kind: type[BaseException]) -> str:
 
 
 def error_dict(exc: BaseException, **extra: Any) -> dict[str, Any]:
-    """A description of an exception that every database can store (see :mod:`django_weft.storable`),
+    """A description of an exception that every database can store (see :mod:`django_weft.common.storable`),
     kept on steps and runs."""
     name = _type_name(type(exc))
     try:

@@ -9,16 +9,15 @@ from functools import partial
 
 from django.db import DatabaseError
 
-from .. import attributes, clock, transitions
-from ..codec import encode
-from ..conf import weft_settings
-from ..exceptions import ActivityError, FencingError, WorkflowNotRegistered
-from ..models import FailureCategory, StepKind, StepStatus, Timer, WorkflowStep
-from ..observability import events
-from ..registry import WorkflowDefinition, get_workflow
-from ..starts import prepare_run
-from .context import Context
-from .errors import (
+from django_weft.common import attributes, clock
+from django_weft.common.codec import encode
+from django_weft.common.registry import WorkflowDefinition, get_workflow
+from django_weft.conf import weft_settings
+from django_weft.exceptions import ActivityError, FencingError, WorkflowNotRegistered
+from django_weft.models import FailureCategory, StepKind, StepStatus, Timer, WorkflowStep
+from django_weft.observability import events
+from django_weft.runtime.context import Context
+from django_weft.runtime.errors import (
     ContinueAsNew,
     HistoryLimitReached,
     StopExecution,
@@ -29,7 +28,9 @@ from .errors import (
     refused_by_database,
     termination_reason_of,
 )
-from .replay.core import run_workflow_code
+from django_weft.runtime.replay.core import run_workflow_code
+from django_weft.store import transitions
+from django_weft.store.starts import prepare_run
 
 logger = logging.getLogger("django_weft.executor")
 

@@ -22,7 +22,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django_weft",
-    "django_weft.bench",  # optional: manage.py weft_bench
+    "bench",  # optional: manage.py weft_bench
     "demo",
 ]
 if find_spec("django_celery_beat"):  # the celery extra: `weft_maintenance --install-beat` writes its tables

@@ -4,7 +4,8 @@ rest of the engine."""
 from __future__ import annotations
 
 import django_weft as weft
-from django_weft import clock, transitions
+from django_weft.common import clock
+from django_weft.store import transitions
 from tests.testapp import evolving_workflows as ev
 
 state = {"v": 1}

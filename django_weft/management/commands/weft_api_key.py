@@ -9,9 +9,9 @@ from typing import Any
 from django.contrib.auth.models import Permission
 from django.core.management.base import BaseCommand, CommandError
 
-from django_weft import api_keys
 from django_weft.exceptions import WeftError
 from django_weft.models import ApiKey
+from django_weft.services import api_keys
 
 CREATED_BY = "manage.py weft_api_key"
 

@@ -9,7 +9,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from django_weft.models import Workflow
-from django_weft.replay_check import export_history
+from django_weft.services.replay_check import export_history
 
 
 class Command(BaseCommand):

@@ -9,16 +9,16 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from django_weft import clock
-from django_weft.beat import install_beat
+from django_weft.common import clock
 from django_weft.conf import weft_settings
 from django_weft.exceptions import ConfigurationError
-from django_weft.maintenance import maintenance_pass, run_maintenance
 from django_weft.models import Schedule, ScheduleStatus
 from django_weft.observability import events
 from django_weft.observability.access import is_loopback
-from django_weft.runtime.worker import Worker
-from django_weft.schedules import sync_schedules
+from django_weft.services.maintenance import maintenance_pass, run_maintenance
+from django_weft.services.schedules import sync_schedules
+from django_weft.worker.celery_beat import install_beat
+from django_weft.worker.loop import Worker
 
 
 class Command(BaseCommand):
@@ -38,7 +38,7 @@ class Command(BaseCommand):
                                  "execute no runs. For projects where Celery executes (WEFT_EXECUTOR).")
         parser.add_argument("--install-beat", action="store_true",
                             help="Create or update the django-celery-beat periodic task that runs the "
-                                 "maintenance pass as the Celery task django_weft.maintenance, and exit.")
+                                 "maintenance pass as the Celery task django_weft.services.maintenance, and exit.")
         parser.add_argument("--every", type=int, default=5,
                             help="With --install-beat: seconds between maintenance passes (default 5).")
         parser.add_argument("--metrics-port", type=int, default=None,
@@ -117,7 +117,7 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from exc
         verb = "created" if result.created else "updated"
         self.stdout.write(f"weft_maintenance: {verb} the django-celery-beat periodic task 'django_weft "
-                          f"maintenance' (task django_weft.maintenance every {every}s); run beat with "
+                          f"maintenance' (task django_weft.services.maintenance every {every}s); run beat with "
                           "--scheduler django_celery_beat.schedulers:DatabaseScheduler")
         self.sync_schedules()  # beat runs no weft_maintenance that would sync them at start
 

@@ -12,7 +12,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
 from django_weft.models import Workflow
-from django_weft.replay_check import check_runs
+from django_weft.services.replay_check import check_runs
 
 
 def _since(text: str) -> datetime:

@@ -15,13 +15,13 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from django_weft import bulk
-from django_weft.client import WorkflowHandle
-from django_weft.codec import MAX_DEPTH
+from django_weft.common.codec import MAX_DEPTH
 from django_weft.exceptions import WeftError
-from django_weft.finding import list_runs
 from django_weft.management import runs_cli
 from django_weft.models import Workflow
+from django_weft.services import bulk
+from django_weft.services.client import WorkflowHandle
+from django_weft.services.visibility import list_runs
 
 # subcommand -> (bulk operation, verb of the prompt, what it applies to)
 BULK = {

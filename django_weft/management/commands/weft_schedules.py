@@ -8,7 +8,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from django_weft.exceptions import WeftError
 from django_weft.models import Schedule
-from django_weft.schedules import get_schedule, sync_schedules
+from django_weft.services.schedules import get_schedule, sync_schedules
 
 
 class Command(BaseCommand):

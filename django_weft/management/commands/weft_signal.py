@@ -7,9 +7,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from django_weft.client import signal
-from django_weft.codec import MAX_DEPTH
+from django_weft.common.codec import MAX_DEPTH
 from django_weft.exceptions import WeftError
+from django_weft.services.client import signal
 
 
 class Command(BaseCommand):

@@ -13,8 +13,12 @@ from typing import Any, ParamSpec, TypeVar
 
 from django.db import connections
 
-from ... import clock, journal
-from ...activities import (
+from django_weft.common import clock
+from django_weft.common.codec import decode, encode
+from django_weft.exceptions import ActivityTimeout, PayloadError
+from django_weft.models import AttemptOutcome, StepKind, StepStatus, TimerPurpose
+from django_weft.observability import events
+from django_weft.runtime.activities import (
     ActivityDefinition,
     ActivityInfo,
     CompleteAsync,
@@ -23,15 +27,12 @@ from ...activities import (
     definition_of,
     is_coroutine_body,
 )
-from ...codec import decode, encode
-from ...exceptions import ActivityTimeout, PayloadError
-from ...heartbeats import AttemptControl
-from ...models import AttemptOutcome, StepKind, StepStatus, TimerPurpose
-from ...observability import events
-from ..attempt_pool import AttemptJob, in_callers_transaction
-from ..errors import ReplayFrontier, StopExecution, error_dict
-from .branches import POLL_SECONDS, Branches
-from .core import durable
+from django_weft.runtime.attempt_pool import AttemptJob, in_callers_transaction
+from django_weft.runtime.errors import ReplayFrontier, StopExecution, error_dict
+from django_weft.runtime.heartbeats import AttemptControl
+from django_weft.runtime.replay.branches import POLL_SECONDS, Branches
+from django_weft.runtime.replay.core import durable
+from django_weft.store import journal
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -7,11 +7,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from ... import clock, journal
-from ...activities import ActivityDefinition
-from ...codec import decode
-from ...exceptions import NonDeterminismError
-from ...models import (
+from django_weft.common import clock
+from django_weft.common.codec import decode
+from django_weft.common.tokens import make_task_token
+from django_weft.exceptions import NonDeterminismError
+from django_weft.models import (
     AsyncActivity,
     AsyncStatus,
     AttemptOutcome,
@@ -21,8 +21,9 @@ from ...models import (
     TimerPurpose,
     WorkflowStep,
 )
-from ...tokens import make_task_token
-from .attempts import AttemptOps
+from django_weft.runtime.activities import ActivityDefinition
+from django_weft.runtime.replay.attempts import AttemptOps
+from django_weft.store import journal
 
 
 class AsyncActivityOps(AttemptOps):

@@ -10,12 +10,13 @@ from typing import Any
 
 from django.db.models import Max
 
-from ... import clock, journal
-from ...activities import ActivityDefinition
-from ...exceptions import ActivityError
-from ...models import AttemptOutcome, StepAttempt, StepKind, StepStatus, Timer, TimerPurpose, WorkflowStep
-from ..errors import attempt_outcome, error_category
-from .core import ReplayCore
+from django_weft.common import clock
+from django_weft.exceptions import ActivityError
+from django_weft.models import AttemptOutcome, StepAttempt, StepKind, StepStatus, Timer, TimerPurpose, WorkflowStep
+from django_weft.runtime.activities import ActivityDefinition
+from django_weft.runtime.errors import attempt_outcome, error_category
+from django_weft.runtime.replay.core import ReplayCore
+from django_weft.store import journal
 
 logger = logging.getLogger("django_weft.executor")
 

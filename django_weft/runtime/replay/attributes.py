@@ -7,12 +7,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ... import clock, journal
-from ...codec import encode
-from ...exceptions import InvalidArgument
-from ...models import StepKind, StepStatus
-from ...starts import check_search_attributes
-from .core import ReplayCore, durable
+from django_weft.common import clock
+from django_weft.common.codec import encode
+from django_weft.exceptions import InvalidArgument
+from django_weft.models import StepKind, StepStatus
+from django_weft.runtime.replay.core import ReplayCore, durable
+from django_weft.store import journal
+from django_weft.store.starts import check_search_attributes
 
 
 class SearchAttributes(ReplayCore):

@@ -13,18 +13,19 @@ from collections.abc import Callable, Coroutine, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, NoReturn, ParamSpec, TypeVar, cast, overload
 
-from ... import clock, journal
-from ...activities import definition_of
-from ...codec import decode, encode
-from ...durations import to_seconds
-from ...exceptions import InvalidArgument
-from ...models import StepKind, StepStatus
-from ..attempt_pool import AttemptPool, in_callers_transaction
-from ..errors import StopExecution
-from .async_activities import AsyncActivityOps
-from .core import durable
-from .pending import ActivityBranch, Pending, SignalBranch, TimerBranch
-from .signals import Signals
+from django_weft.common import clock
+from django_weft.common.codec import decode, encode
+from django_weft.common.durations import to_seconds
+from django_weft.exceptions import InvalidArgument
+from django_weft.models import StepKind, StepStatus
+from django_weft.runtime.activities import definition_of
+from django_weft.runtime.attempt_pool import AttemptPool, in_callers_transaction
+from django_weft.runtime.errors import StopExecution
+from django_weft.runtime.replay.async_activities import AsyncActivityOps
+from django_weft.runtime.replay.core import durable
+from django_weft.runtime.replay.pending import ActivityBranch, Pending, SignalBranch, TimerBranch
+from django_weft.runtime.replay.signals import Signals
+from django_weft.store import journal
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -9,15 +9,16 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from ... import clock, journal
-from ...codec import decode, encode
-from ...exceptions import ChildWorkflowFailed, InvalidArgument, WorkflowAlreadyExists
-from ...models import ParentClosePolicy, RunStatus, StepKind, StepStatus, Workflow
-from ...registry import get_workflow
-from ...starts import prepare_run
-from ..errors import child_category
-from .core import ReplayCore, durable
-from .pending import Pending
+from django_weft.common import clock
+from django_weft.common.codec import decode, encode
+from django_weft.common.registry import get_workflow
+from django_weft.exceptions import ChildWorkflowFailed, InvalidArgument, WorkflowAlreadyExists
+from django_weft.models import ParentClosePolicy, RunStatus, StepKind, StepStatus, Workflow
+from django_weft.runtime.errors import child_category
+from django_weft.runtime.replay.core import ReplayCore, durable
+from django_weft.runtime.replay.pending import Pending
+from django_weft.store import journal
+from django_weft.store.starts import prepare_run
 
 
 class ChildHandle(Pending[Any]):

@@ -13,16 +13,16 @@ from typing import Any, NoReturn, ParamSpec, TypeVar
 
 from django.db import DatabaseError
 
-from ... import clock, journal, transitions
-from ...activities import ActivityInfo
-from ...codec import decode
-from ...conf import weft_settings
-from ...exceptions import FencingError, InvalidArgument, NonDeterminismError
-from ...instances import new_instance
-from ...models import RunStatus, StepKind, Timer, WorkflowStep
-from ...registry import WorkflowDefinition
-from ..attempt_pool import AttemptPool
-from ..errors import (
+from django_weft.common import clock
+from django_weft.common.codec import decode
+from django_weft.common.registry import WorkflowDefinition
+from django_weft.conf import weft_settings
+from django_weft.exceptions import FencingError, InvalidArgument, NonDeterminismError
+from django_weft.models import RunStatus, StepKind, Timer, WorkflowStep
+from django_weft.models.instances import new_instance
+from django_weft.runtime.activities import ActivityInfo
+from django_weft.runtime.attempt_pool import AttemptPool
+from django_weft.runtime.errors import (
     EngineExit,
     HistoryLimitReached,
     ReplayFrontier,
@@ -31,6 +31,7 @@ from ..errors import (
     is_transient,
     refused_by_database,
 )
+from django_weft.store import journal, transitions
 
 logger = logging.getLogger("django_weft.executor")
 

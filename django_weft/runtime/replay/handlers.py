@@ -1,5 +1,5 @@
 """What a workflow's code registers for the outside to call, and its logger: ``ctx.set_query_handler`` (answered
-by a dry replay, see django_weft.queries), ``ctx.set_update_handler`` and ``ctx.set_signal_handler`` (applied
+by a dry replay, see django_weft.services.queries), ``ctx.set_update_handler`` and ``ctx.set_signal_handler`` (applied
 between operations, see runtime.replay.inbox), and ``ctx.logger``, which is silent while the code replays.
 """
 
@@ -10,9 +10,9 @@ from collections.abc import Callable, MutableMapping
 from functools import cached_property
 from typing import Any
 
-from ...exceptions import InvalidArgument
-from ...storable import check_text
-from .core import ReplayCore
+from django_weft.common.storable import check_text
+from django_weft.exceptions import InvalidArgument
+from django_weft.runtime.replay.core import ReplayCore
 
 
 class WorkflowLogger(logging.LoggerAdapter):

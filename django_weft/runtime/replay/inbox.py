@@ -18,11 +18,11 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, NoReturn
 
-from ... import clock, journal
-from ...codec import decode, encode
-from ...durations import to_seconds
-from ...exceptions import InvalidArgument, NonDeterminismError
-from ...models import (
+from django_weft.common import clock
+from django_weft.common.codec import decode, encode
+from django_weft.common.durations import to_seconds
+from django_weft.exceptions import InvalidArgument, NonDeterminismError
+from django_weft.models import (
     Signal,
     StepKind,
     StepStatus,
@@ -32,10 +32,11 @@ from ...models import (
     WorkflowStep,
     WorkflowUpdate,
 )
-from ..errors import HistoryLimitReached, error_category, error_dict
-from .core import durable
-from .handlers import Handlers
-from .signals import Signals
+from django_weft.runtime.errors import HistoryLimitReached, error_category, error_dict
+from django_weft.runtime.replay.core import durable
+from django_weft.runtime.replay.handlers import Handlers
+from django_weft.runtime.replay.signals import Signals
+from django_weft.store import journal
 
 HANDLER_KINDS = (StepKind.UPDATE, StepKind.SIGNAL_HANDLER)
 

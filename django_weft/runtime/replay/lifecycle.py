@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from typing import Any, NoReturn
 
-from ... import clock
-from ...codec import encode
-from ...models import StepKind, StepStatus
-from ...starts import check_id
-from ..errors import ContinueAsNew
-from .core import ReplayCore, durable
+from django_weft.common import clock
+from django_weft.common.codec import encode
+from django_weft.models import StepKind, StepStatus
+from django_weft.runtime.errors import ContinueAsNew
+from django_weft.runtime.replay.core import ReplayCore, durable
+from django_weft.store.starts import check_id
 
 
 class Lifecycle(ReplayCore):

@@ -13,12 +13,11 @@ import time
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from ... import clock, journal
-from ...activities import ActivityDefinition, ActivityInfo, body_of, is_coroutine_body
-from ...codec import decode, encode
-from ...exceptions import ActivityTimeout, BranchCancelled, NonDeterminismError, PayloadError, WaitTimeout
-from ...heartbeats import AttemptControl
-from ...models import (
+from django_weft.common import clock
+from django_weft.common.codec import decode, encode
+from django_weft.common.tokens import make_task_token
+from django_weft.exceptions import ActivityTimeout, BranchCancelled, NonDeterminismError, PayloadError, WaitTimeout
+from django_weft.models import (
     AsyncActivity,
     AsyncStatus,
     AttemptOutcome,
@@ -28,16 +27,18 @@ from ...models import (
     TimerPurpose,
     WorkflowStep,
 )
-from ...observability import events
-from ...tokens import make_task_token
-from ..attempt_pool import AttemptJob, Outcome
-from ..errors import attempt_outcome, error_category, error_dict
-from .core import durable
+from django_weft.observability import events
+from django_weft.runtime.activities import ActivityDefinition, ActivityInfo, body_of, is_coroutine_body
+from django_weft.runtime.attempt_pool import AttemptJob, Outcome
+from django_weft.runtime.errors import attempt_outcome, error_category, error_dict
+from django_weft.runtime.heartbeats import AttemptControl
+from django_weft.runtime.replay.core import durable
+from django_weft.store import journal
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
 
-    from .branches import Branches
+    from django_weft.runtime.replay.branches import Branches
 
 T = TypeVar("T")
 

@@ -10,14 +10,15 @@ from typing import Any, NoReturn, cast
 
 from django.db.models import Q, QuerySet
 
-from ... import clock, journal
-from ...codec import decode, encode
-from ...durations import to_seconds
-from ...exceptions import InvalidArgument, WaitTimeout
-from ...models import FailureCategory, Signal, StepKind, StepStatus, Timer, TimerPurpose, WorkflowStep
-from ...observability import events
-from ...storable import check_text
-from .core import ReplayCore, durable
+from django_weft.common import clock
+from django_weft.common.codec import decode, encode
+from django_weft.common.durations import to_seconds
+from django_weft.common.storable import check_text
+from django_weft.exceptions import InvalidArgument, WaitTimeout
+from django_weft.models import FailureCategory, Signal, StepKind, StepStatus, Timer, TimerPurpose, WorkflowStep
+from django_weft.observability import events
+from django_weft.runtime.replay.core import ReplayCore, durable
+from django_weft.store import journal
 
 
 class Signals(ReplayCore):

@@ -6,10 +6,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
-from ... import clock, journal
-from ...durations import check_moment, to_seconds
-from ...models import StepKind, StepStatus, Timer, TimerPurpose
-from .core import ReplayCore, durable
+from django_weft.common import clock
+from django_weft.common.durations import check_moment, to_seconds
+from django_weft.models import StepKind, StepStatus, Timer, TimerPurpose
+from django_weft.runtime.replay.core import ReplayCore, durable
+from django_weft.store import journal
 
 
 class Timers(ReplayCore):

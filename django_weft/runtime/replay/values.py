@@ -10,10 +10,10 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from ... import clock
-from ...codec import decode, encode
-from ...models import StepKind, StepStatus
-from .core import ReplayCore, durable
+from django_weft.common import clock
+from django_weft.common.codec import decode, encode
+from django_weft.models import StepKind, StepStatus
+from django_weft.runtime.replay.core import ReplayCore, durable
 
 
 class RecordedValues(ReplayCore):
