@@ -46,6 +46,7 @@ from bench.core import BenchError, SqlCounter, delete_bench_runs, load_average, 
 from django_weft.common import clock
 from django_weft.common.registry import workflow
 from django_weft.conf import weft_settings
+from django_weft.store import inbox
 
 CONTINUE_WORKFLOW = "weft.bench.continue_as_new"
 TICK = "tick"
@@ -134,11 +135,10 @@ class _Loop:
         """Send ``signals`` in transactions of ``batch``, executing the run after each.
 
         Each transaction locks the open run once and stores its signals with the engine's own delivery
-        (:func:`django_weft.store.transitions.deliver_signal`, what ``weft.signal()`` calls once it holds the lock),
+        (:func:`django_weft.store.inbox.deliver_signal`, what ``weft.signal()`` calls once it holds the lock),
         so a batch costs two statements a signal instead of a savepoint and a lock each."""
         from django_weft.common.codec import encode
         from django_weft.models import Workflow
-        from django_weft.store import transitions
 
         payload = encode(None)
         while signals > 0:
@@ -147,7 +147,7 @@ class _Loop:
                 run = Workflow.objects.open().select_for_update().get(workflow_id=self.workflow_id)
                 now = clock.now()
                 for _ in range(count):
-                    transitions.deliver_signal(run, TICK, payload, None, now)
+                    inbox.deliver_signal(run, TICK, payload, None, now)
             self.drain()
             self.consumed += count
             signals -= count

@@ -39,7 +39,7 @@ from bench import seed
 from bench.core import BenchError, load_average, measure_commit_rate, percentile
 from django_weft.common.registry import workflow
 from django_weft.models import SearchAttributeValue, Workflow
-from django_weft.services import visibility as finding
+from django_weft.services import visibility
 
 TARGET_MS = 300
 PAGE = 50
@@ -177,8 +177,8 @@ class _Capture:
 def call(kind: str, filters: dict[str, Any]) -> int:
     """One page or count as an operator asks for it; the rows (runs listed, or groups counted)."""
     if kind == "page":
-        return len(list(finding.list_runs(**filters)[:PAGE]))
-    return len(finding.count_runs(**filters))
+        return len(list(visibility.list_runs(**filters)[:PAGE]))
+    return len(visibility.count_runs(**filters))
 
 
 def explain(using: str, sql: str, params: Any) -> list[str]:

@@ -39,7 +39,7 @@ from django_weft.common import clock
 from django_weft.exceptions import NonDeterminismError, WeftError
 from django_weft.models import RunStatus, Workflow
 from django_weft.runtime.activities import activity_info, definition_of, replace_activity
-from django_weft.services import client
+from django_weft.services import client, result_waiters
 from django_weft.services.maintenance import MaintenanceReport, run_maintenance
 from django_weft.services.replay_check import history_run
 from django_weft.services.replay_check import replay as replay_run
@@ -104,14 +104,14 @@ class WeftTestEnv:
     def __enter__(self) -> WeftTestEnv:
         self._executor.__enter__()
         clock.set_frozen(self.start_time)
-        self._previous_waiter = client.set_result_waiter(self._finish_or_explain, self.drive)
+        self._previous_waiter = result_waiters.set_result_waiter(self._finish_or_explain, self.drive)
         return self
 
     def __exit__(self, *exc: Any) -> None:
         for mock in reversed(self._mocks):
             mock.stop()
         self._mocks.clear()
-        client.restore_result_waiter(self._previous_waiter)
+        result_waiters.restore_result_waiter(self._previous_waiter)
         clock.set_frozen(None)
         self._executor.__exit__(None, None, None)
 

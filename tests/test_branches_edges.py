@@ -298,13 +298,13 @@ def budgeted_map(ctx: weft.Context, n: int) -> list:
 @concurrent
 @override_settings(WEFT_CELERY_TASK_SECONDS=0.3)
 def test_a_celery_task_out_of_time_lets_running_branches_finish_before_it_hands_the_run_on(weft_env):
-    from django_weft.worker import celery_drive as drive
+    from django_weft.worker import celery_drive
 
     handle = weft.start("edges.budgeted_map", 6)
     for _ in range(20):
         if handle.refresh().is_finished:
             break
-        drive.drive_runs(handle.run_id)  # one django_weft.drive task
+        celery_drive.drive_runs(handle.run_id)  # one django_weft.drive task
     assert handle.result(timeout=0) == list(range(6))
     time.sleep(0.8)  # an attempt abandoned by a hand-back would finish now
     assert [executions(f"slow:{i}:start") for i in range(6)] == [1] * 6

@@ -89,3 +89,15 @@ def test_the_public_names_resolve_without_warnings():
         for path in ("django_weft.models", "django_weft.testing", "django_weft.signals", "django_weft.urls",
                      "django_weft.api.urls", "django_weft.services.liveness", "django_weft.common.codec"):
             importlib.import_module(path)
+
+
+def test_no_module_imports_itself_through_others():
+    """No circle between modules (imports for type checking aside); import-linter's contract only sees layers."""
+    grimp = pytest.importorskip("grimp")  # import-linter's graph, a dev dependency
+    graph = grimp.build_graph("django_weft", exclude_type_checking_imports=True)
+    circles = []
+    for module in sorted(graph.modules):
+        for imported in graph.find_modules_directly_imported_by(module):
+            if imported != module and graph.chain_exists(importer=imported, imported=module):
+                circles.append(f"{module} -> {imported} -> ... -> {module}")
+    assert circles == []

@@ -29,7 +29,7 @@ import django_weft as weft
 from django_weft.common.codec import decode
 from django_weft.models import AsyncActivity, AsyncStatus, RunStatus, Signal, Timer, Workflow
 from django_weft.services import with_start
-from django_weft.store import transitions
+from django_weft.store import inbox, transitions
 from tests.procs import (
     REPO_ROOT,
     SHORT_LEASE,
@@ -287,7 +287,7 @@ def test_start_or_signal_locks_a_run_that_appears_after_its_locked_lookup(row_lo
     after this caller's locked lookup found no open run. This caller then signals that run, and must do
     so holding its row lock (the signal's arrival sequence is the run's inbox_seq + 1, read and written
     under that lock), which a NOWAIT lock attempt from another connection checks."""
-    real_lookup, real_deliver = with_start.lock_open_run, transitions.deliver_signal
+    real_lookup, real_deliver = with_start.lock_open_run, inbox.deliver_signal
     interleaved: list[bool] = []
     locked_while_delivering: list[bool] = []
 

@@ -15,7 +15,7 @@ import django_weft as weft
 from django_weft.common import attributes
 from django_weft.common.codec import decode
 from django_weft.models import SearchAttributeValue, StepKind, Workflow, WorkflowStep
-from django_weft.store import search_rows as attribute_rows
+from django_weft.store import search_rows
 from tests.testapp.hardening_workflows import Crash
 from tests.testapp.workflows import executions
 
@@ -140,7 +140,7 @@ def test_set_search_attributes_is_recorded_once_and_a_replay_does_not_apply_it_a
     assert [(s.seq, s.name) for s in steps] == [(1, "customer_id,region"), (2, "region,vip")]
     assert decode(steps[1].result) == {"region": "us", "vip": True}
 
-    with mock.patch.object(attribute_rows, "replace", wraps=attribute_rows.replace) as applied:
+    with mock.patch.object(search_rows, "replace", wraps=search_rows.replace) as applied:
         handle.signal("go")
         assert handle.result() == "done"  # the replay passes both steps
     assert applied.call_count == 0
@@ -181,7 +181,7 @@ def test_a_crash_after_the_commit_does_not_apply_it_twice(weft_env):
     with pytest.raises(Crash):
         weft_env.drive()  # the set committed before the activity's side effects; then the process "died"
     assert handle.refresh().search_attributes == {"region": "eu", "labels": ["new"]}
-    with mock.patch.object(attribute_rows, "replace", wraps=attribute_rows.replace) as applied:
+    with mock.patch.object(search_rows, "replace", wraps=search_rows.replace) as applied:
         weft_env.advance(LEASE)  # another executor takes the run over and replays it
     assert handle.result() == "c1:after" and executions("c1") == 2
     assert applied.call_count == 1  # only the second set, new in this execution
@@ -191,14 +191,14 @@ def test_a_crash_after_the_commit_does_not_apply_it_twice(weft_env):
 
 
 def test_a_crash_inside_the_commit_applies_none_of_it(weft_env):
-    real = attribute_rows.replace
+    real = search_rows.replace
 
     def die_after_the_row_update(run_id, created_at, values, shown):
         real(run_id, created_at, values, shown)  # the run row and the indexed rows are written ...
         raise Crash()  # ... and the process dies before the commit
 
     handle = weft.start("attrs.set", [{"region": "eu", "labels": ["x"]}])
-    with mock.patch.object(attribute_rows, "replace", side_effect=die_after_the_row_update), pytest.raises(Crash):
+    with mock.patch.object(search_rows, "replace", side_effect=die_after_the_row_update), pytest.raises(Crash):
         weft_env.drive()
     run = handle.refresh()
     assert run.status == "running" and run.search_attributes == {}

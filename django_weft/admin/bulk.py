@@ -32,8 +32,7 @@ from django_weft.admin.common import ReadOnlyMixin, badge, pre, pretty_value
 from django_weft.admin.filters import ATTRIBUTE_PREFIX
 from django_weft.exceptions import BulkConfirmationError, InvalidArgument, WeftError
 from django_weft.models import BulkOperation, Schedule, Workflow
-from django_weft.services import bulk
-from django_weft.services import visibility_text as filter_text
+from django_weft.services import bulk, visibility_text
 from django_weft.services.visibility import runs_matching
 
 if TYPE_CHECKING:
@@ -61,17 +60,17 @@ def _listed(key: str) -> Handler:
 
 def _moment(key: str) -> Handler:
     def handle(value: str, filters: dict[str, Any]) -> None:
-        filters[key] = filter_text.moment(value, key)
+        filters[key] = visibility_text.moment(value, key)
 
     return handle
 
 
 def _version(value: str, filters: dict[str, Any]) -> None:
-    filters["version"] = filter_text.integer(value, "version")
+    filters["version"] = visibility_text.integer(value, "version")
 
 
 def _schedule(value: str, filters: dict[str, Any]) -> None:
-    schedule_id = Schedule.objects.filter(pk=filter_text.integer(value, "schedule")).values_list(
+    schedule_id = Schedule.objects.filter(pk=visibility_text.integer(value, "schedule")).values_list(
         "schedule_id", flat=True).first()
     if schedule_id is None:
         raise InvalidArgument(f"no schedule with id {value!r}")
@@ -83,7 +82,7 @@ def _parent(value: str, filters: dict[str, Any]) -> None:
 
 
 def _attribute(rest: str, value: str, filters: dict[str, Any]) -> None:
-    filters.setdefault("attributes", {})[rest] = filter_text.attribute(rest, value)
+    filters.setdefault("attributes", {})[rest] = visibility_text.attribute(rest, value)
 
 
 PARAMETERS: dict[str, Handler] = {

@@ -25,7 +25,7 @@ from django_weft.common import attributes
 from django_weft.common.registry import registered_versions, registered_workflow_names
 from django_weft.exceptions import ConfigurationError, InvalidArgument
 from django_weft.models import Workflow
-from django_weft.services import visibility as finding
+from django_weft.services import visibility
 
 # Versions offered as choices, at most (a higher one still filters from the URL).
 MAX_VERSIONS_LISTED = 50
@@ -35,7 +35,7 @@ INPUT_TEMPLATE = "admin/django_weft/workflow/input_filter.html"
 def _narrow(request: HttpRequest, queryset: QuerySet, title: Any, **filters: Any) -> QuerySet:
     """``queryset`` and the runs ``filters`` match; none, with an error message, if the rules refuse one."""
     try:
-        return queryset & finding.runs_matching(**filters)
+        return queryset & visibility.runs_matching(**filters)
     except InvalidArgument as exc:
         messages.error(request, f"{title}: {exc}")
         return queryset.none()

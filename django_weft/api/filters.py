@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from django_weft.api.schemas import Body
-from django_weft.services import visibility_text as filter_text
+from django_weft.services import visibility_text
 from django_weft.services.visibility import GROUPS
 
 TEXT = 255  # the longest value a filter takes (ids, names, prefixes)
@@ -72,9 +72,9 @@ def to_keywords(given: RunFilters) -> dict[str, Any]:
         if value is not None:
             keywords[name] = value
     if given.attr:
-        keywords["attributes"] = dict(filter_text.attribute_pair(text) for text in given.attr)
+        keywords["attributes"] = dict(visibility_text.attribute_pair(text) for text in given.attr)
     for name in ("created_after", "created_before"):
         text = getattr(given, name)
         if text is not None:
-            keywords[name] = filter_text.moment(text, name)
+            keywords[name] = visibility_text.moment(text, name)
     return keywords

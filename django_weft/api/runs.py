@@ -38,8 +38,7 @@ from django_weft.api.schemas import (
     step_out,
 )
 from django_weft.models import StepAttempt, Workflow, WorkflowStep
-from django_weft.services import client, with_start
-from django_weft.services import visibility as finding
+from django_weft.services import client, visibility, with_start
 from django_weft.services.client import WorkflowHandle
 
 router = Router(tags=["runs"])
@@ -82,7 +81,7 @@ def start(request: HttpRequest, body: StartIn) -> Status:
 @router.get("runs", response={200: RunPage, **ERRORS}, summary="List runs, newest first")
 def list_runs(request: HttpRequest, params: Query[ListQuery]) -> dict[str, Any]:
     require(request, "view_workflow")
-    runs = finding.list_runs(**to_keywords(params))
+    runs = visibility.list_runs(**to_keywords(params))
     if params.cursor:
         runs = runs.filter(_after_cursor(params.cursor))
     found, after = pages.page(runs, params.limit, _key)
@@ -93,7 +92,7 @@ def list_runs(request: HttpRequest, params: Query[ListQuery]) -> dict[str, Any]:
 @router.get("runs/count", response={200: CountOut, **ERRORS}, summary="Count runs, grouped")
 def count_runs(request: HttpRequest, params: Query[CountQuery]) -> dict[str, Any]:
     require(request, "view_workflow")
-    counts = finding.count_runs(group_by=params.group_by, **to_keywords(params))
+    counts = visibility.count_runs(group_by=params.group_by, **to_keywords(params))
     rows = sorted(counts.items(), key=lambda item: (-item[1], str(item[0])))
     return {"counts": [{"key": as_json(key), "count": n} for key, n in rows], "total": sum(counts.values())}
 

@@ -14,8 +14,7 @@ from django.core.management.base import OutputWrapper
 
 from django_weft.common.codec import decode
 from django_weft.models import FailureCategory, RunStatus, StepAttempt, Workflow, WorkflowStep
-from django_weft.services import bulk
-from django_weft.services import visibility_text as filter_text
+from django_weft.services import bulk, visibility_text
 
 MAX_CELL = 40
 
@@ -48,10 +47,10 @@ def filters_from(options: dict[str, Any]) -> dict[str, Any]:
         if options.get(key) is not None:
             filters[key] = options[key]
     if options.get("attributes"):
-        filters["attributes"] = dict(filter_text.attribute_pair(text) for text in options["attributes"])
+        filters["attributes"] = dict(visibility_text.attribute_pair(text) for text in options["attributes"])
     for key in ("created_after", "created_before"):
         if options.get(key):
-            filters[key] = filter_text.moment(options[key], "--" + key.replace("_", "-"))
+            filters[key] = visibility_text.moment(options[key], "--" + key.replace("_", "-"))
     return filters
 
 

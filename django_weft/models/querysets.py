@@ -7,15 +7,17 @@ from typing import Any
 
 from django.db import models
 
+from django_weft.models.choices import RunStatus
+
 
 class WorkflowQuerySet(models.QuerySet):
     def open(self) -> WorkflowQuerySet:
-        from django_weft.models import RunStatus
+
 
         return self.filter(status__in=RunStatus.open_values())
 
     def finished(self) -> WorkflowQuerySet:
-        from django_weft.models import RunStatus
+
 
         return self.filter(status__in=RunStatus.terminal_values())
 
@@ -29,7 +31,7 @@ class WorkflowQuerySet(models.QuerySet):
 
     def end_of_chain(self, run: Any) -> Any:
         """``run``, or, if it continued as new, the run its chain has reached now."""
-        from django_weft.models import RunStatus
+
 
         while run is not None and run.status == RunStatus.CONTINUED:
             following = (self.filter(restarted_from_id=run.pk, workflow_id=run.workflow_id)
@@ -42,7 +44,7 @@ class WorkflowQuerySet(models.QuerySet):
     def latest_for(self, workflow_id: str) -> WorkflowQuerySet:
         """Runs of ``workflow_id``, latest first: the open run (at most one), then by creation (continued
         runs last)."""
-        from django_weft.models import RunStatus
+
 
         return self.filter(workflow_id=workflow_id).order_by(
             # A run that continued as new is never the latest: its successor is.

@@ -311,11 +311,11 @@ def complete_async_activity(token: str, result: Any = None) -> None:
     from django_weft.common import clock
     from django_weft.common.codec import encode
     from django_weft.models import AsyncStatus
-    from django_weft.store import activity_answers as resolutions
+    from django_weft.store import activity_answers
 
     parts = parse_task_token(token)
     data = encode(result, what="async activity result")
-    resolutions.resolve_async(parts, clock.now(), status=AsyncStatus.COMPLETED, result=data)
+    activity_answers.resolve_async(parts, clock.now(), status=AsyncStatus.COMPLETED, result=data)
 
 
 MAX_ERROR_TEXT = 4000
@@ -329,7 +329,7 @@ def fail_async_activity(token: str, error: BaseException | str | dict) -> None:
     from django_weft.common import clock
     from django_weft.models import AsyncStatus
     from django_weft.runtime.errors import error_dict
-    from django_weft.store import activity_answers as resolutions
+    from django_weft.store import activity_answers
 
     parts = parse_task_token(token)
     if isinstance(error, BaseException):
@@ -351,4 +351,4 @@ def fail_async_activity(token: str, error: BaseException | str | dict) -> None:
             raise InvalidArgument(f"the error's {part} is longer than {MAX_ERROR_TEXT} characters")
         check_text(details[part], f"the error's {part}")
     details["attempt"] = parts.attempt
-    resolutions.resolve_async(parts, clock.now(), status=AsyncStatus.FAILED, error=details)
+    activity_answers.resolve_async(parts, clock.now(), status=AsyncStatus.FAILED, error=details)

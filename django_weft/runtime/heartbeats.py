@@ -22,7 +22,7 @@ from django_weft.common import clock
 from django_weft.common.codec import decode, encode
 from django_weft.exceptions import ActivityCancelled
 from django_weft.models import ActivityHeartbeat
-from django_weft.store import transitions
+from django_weft.store import leases, transitions
 
 T = TypeVar("T")
 
@@ -155,7 +155,7 @@ class AttemptControl:
             return
         now = clock.now()
         if self._claim is not None:
-            transitions.renew([self._claim], now)
+            leases.renew([self._claim], now)
             if self._claim.lost:
                 return  # another executor owns the run now: its attempt's details are not ours to write
         if unwritten is None:

@@ -20,7 +20,7 @@ from django.db import close_old_connections, connections
 from django_weft.common import clock
 from django_weft.conf import weft_settings
 from django_weft.models import Executor
-from django_weft.store import transitions
+from django_weft.store import leases, transitions
 
 logger = logging.getLogger("django_weft.leases")
 
@@ -144,7 +144,7 @@ class LeaseKeeper:
                 if not held:
                     continue
                 try:
-                    transitions.renew(held, now)
+                    leases.renew(held, now)
                 except Exception:
                     recycle = True
                     logger.exception("renewing leases failed; retrying")

@@ -49,7 +49,7 @@ from django_weft.models import BulkOperation, BulkOperationStatus, RunStatus, Wo
 from django_weft.services.client import check_signal
 from django_weft.services.maintenance import delete_finished_runs
 from django_weft.services.visibility import FILTERS, runs_matching, type_names
-from django_weft.store import repairs, terminations, transitions
+from django_weft.store import inbox, repairs, terminations, transitions
 from django_weft.store.starts import check_reason
 
 # Runs acted on between two updates of the audit row (and two progress reports).
@@ -256,7 +256,7 @@ def _signal_one(run_id: uuid.UUID, name: str, data: bytes, signal_id: str | None
         run = Workflow.objects.select_for_update().filter(pk=run_id).first()
         if run is None or run.is_finished:
             return False
-        return transitions.deliver_signal(run, name, data, signal_id, clock.now())
+        return inbox.deliver_signal(run, name, data, signal_id, clock.now())
 
 
 def _terminate_one(run_id: uuid.UUID, reason: str) -> bool:

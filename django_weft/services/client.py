@@ -6,7 +6,6 @@ back leaves nothing behind, and nothing runs before the caller commits.
 
 from __future__ import annotations
 
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
@@ -29,8 +28,17 @@ from django_weft.exceptions import (
     WorkflowTimedOut,
 )
 from django_weft.models import RunStatus, Workflow
-from django_weft.services import liveness, queries
-from django_weft.store import forks, lock_retries, repairs, signal_statement, spent_keys, terminations, transitions
+from django_weft.services import liveness, queries, result_waiters
+from django_weft.store import (
+    forks,
+    inbox,
+    lock_retries,
+    repairs,
+    signal_statement,
+    spent_keys,
+    terminations,
+    transitions,
+)
 from django_weft.store.starts import check_id as _check_id
 from django_weft.store.starts import check_opaque_id, prepare_run
 from django_weft.store.starts import check_reason as _check_reason
@@ -39,46 +47,6 @@ if TYPE_CHECKING:
     from django_weft.services.updates import UpdateHandle
 
 TERMINAL_CONFLICT_CHOICES = ("error", "start_new")
-
-# Called by WorkflowHandle.result() without a timeout, before it starts waiting, when set: instead of
-# waiting for an executor, the waiter moves the run itself and raises if it still cannot finish.
-# django_weft.testing.WeftTestEnv sets it while it is active (for the thread that entered it), so a test
-# never hangs on a run that waits for a signal or a timer; nothing else should. Set with
-# set_result_waiter(); this module never imports the testing helpers.
-ResultWaiter = Callable[["WorkflowHandle"], None]
-# Beside it, the environment's driver: moves every run on as far as it can without time passing (what
-# waiting for an update's reply does inside the environment).
-_result_waiter: tuple[ResultWaiter, int, Callable[[], Any] | None] | None = None
-
-
-def set_result_waiter(waiter: ResultWaiter | None, driver: Callable[[], Any] | None = None) -> Any:
-    """Install ``waiter`` (and ``driver``) for calls of ``result()`` made in the calling thread (None: remove
-    them); returns what was installed before, to restore."""
-    global _result_waiter
-    previous = _result_waiter
-    _result_waiter = None if waiter is None else (waiter, threading.get_ident(), driver)
-    return previous
-
-
-def restore_result_waiter(previous: Any) -> None:
-    global _result_waiter
-    _result_waiter = previous
-
-
-def _waiter_here() -> ResultWaiter | None:
-    installed = _result_waiter
-    if installed is None or installed[1] != threading.get_ident():
-        return None
-    return installed[0]
-
-
-def driver_here() -> Callable[[], Any] | None:
-    """The test environment's driver, when one is active in this thread (see django_weft.testing)."""
-    installed = _result_waiter
-    if installed is None or installed[1] != threading.get_ident():
-        return None
-    return installed[2]
-
 
 class WorkflowHandle:
     """A reference to one run (``run_id``) of a workflow id."""
@@ -142,7 +110,7 @@ class WorkflowHandle:
         poll_interval = to_seconds(poll_interval, "poll_interval", allow_zero=False)
         deadline = None if timeout is None else time.monotonic() + timeout
         delay = poll_interval
-        waiter = _waiter_here() if timeout is None else None
+        waiter = result_waiters.waiter_here() if timeout is None else None
         while True:
             run = Workflow.objects.end_of_chain(self.refresh())  # a run that continued as new: its successor
             if run.is_finished:
@@ -175,7 +143,7 @@ class WorkflowHandle:
                 run = Workflow.objects.select_for_update().filter(pk=tail.pk).first() or run
             if run.is_finished:
                 raise _closed(run, name)
-            return transitions.deliver_signal(run, name, data, signal_id, clock.now())
+            return inbox.deliver_signal(run, name, data, signal_id, clock.now())
 
     def _current_run_id(self) -> uuid.UUID:
         """This run, or, if it continued as new, the run its chain has reached."""
@@ -436,7 +404,7 @@ def _deliver_signal(workflow_id: str, name: str, data: bytes, signal_id: str | N
             if latest is None:
                 raise WorkflowNotFound(f"no workflow with id {workflow_id!r}; nothing to signal")
             raise _closed(latest, name)
-        return transitions.deliver_signal(run, name, data, signal_id, clock.now())
+        return inbox.deliver_signal(run, name, data, signal_id, clock.now())
 
 
 def get_handle(workflow_id: str, run_id: uuid.UUID | str | None = None) -> WorkflowHandle:

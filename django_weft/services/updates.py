@@ -23,8 +23,8 @@ from django_weft.common.codec import decode, encode
 from django_weft.common.durations import to_seconds
 from django_weft.exceptions import InvalidArgument, UpdateFailed, UpdateRejected, WorkflowClosed, WorkflowNotFound
 from django_weft.models import RunStatus, UpdateStatus, Workflow, WorkflowUpdate
-from django_weft.services import client, queries
-from django_weft.store import transitions
+from django_weft.services import queries, result_waiters
+from django_weft.store import inbox, transitions
 from django_weft.store.starts import check_id, check_opaque_id
 from django_weft.store.wakeups import UPDATE_CHANNEL, can_listen
 
@@ -60,7 +60,7 @@ class UpdateHandle:
         ``start_update`` with the same ``update_id`` returns this update again)."""
         seconds = check_timeout(timeout)
         deadline = None if seconds is None else time.monotonic() + seconds
-        driver = client.driver_here()  # inside the test environment: it moves the run on, whatever the timeout
+        driver = result_waiters.driver_here()  # inside the test environment: it moves the run on, whatever the timeout
         if driver is None:
             refuse_waiting_in_transaction("UpdateHandle.result()", stores=False)
         alias = router.db_for_write(WorkflowUpdate)  # where the executor's NOTIFY is sent
@@ -221,7 +221,7 @@ def existing_update(run: Workflow, name: str, update_id: str) -> WorkflowUpdate 
 def send(run_id: uuid.UUID, name: str, payload: Any, update_id: str | None, *, waiting: bool) -> UpdateHandle:
     """Validate and store an update for the chain of run ``run_id`` (its open run)."""
     data, update_id = check_update(name, payload, update_id)
-    if waiting and client.driver_here() is None:
+    if waiting and result_waiters.driver_here() is None:
         refuse_waiting_in_transaction("handle.update()")
     return send_checked(run_id, name, payload, data, update_id)
 
@@ -244,7 +244,7 @@ def send_checked(run_id: uuid.UUID, name: str, payload: Any, data: bytes, update
                     continue
                 if locked.is_finished:
                     raise _closed(locked, name)
-                update, _created = transitions.deliver_update(locked, name, data, update_id, clock.now())
+                update, _created = inbox.deliver_update(locked, name, data, update_id, clock.now())
                 return UpdateHandle(locked.workflow_id, update)
         except IntegrityError:
             continue  # the same update_id, stored by a concurrent caller meanwhile: the next round finds it

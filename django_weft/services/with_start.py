@@ -14,7 +14,7 @@ from django_weft.common import clock
 from django_weft.common.registry import get_workflow
 from django_weft.exceptions import InvalidArgument, StartOrSignalConflict, WorkflowClosed
 from django_weft.models import RunStatus, Workflow
-from django_weft.services import client, updates
+from django_weft.services import result_waiters, updates
 from django_weft.services.client import (
     START_SIGNAL_PREFIX,
     WorkflowHandle,
@@ -23,7 +23,7 @@ from django_weft.services.client import (
     delayed_until,
     lock_open_run,
 )
-from django_weft.store import lock_retries, spent_keys, transitions
+from django_weft.store import inbox, lock_retries, spent_keys, transitions
 from django_weft.store.starts import check_id, prepare_run
 
 
@@ -111,7 +111,7 @@ def start_or_signal(
                 else:
                     target = None
                 if target is not None and not target.is_finished:
-                    delivered = transitions.deliver_signal(target, signal, data, signal_id, clock.now())
+                    delivered = inbox.deliver_signal(target, signal, data, signal_id, clock.now())
                     return StartOrSignalResult(WorkflowHandle(target.workflow_id, target.run_id), "signalled",
                                                delivered)
                 if target is None and idempotency_key is not None:
@@ -129,7 +129,7 @@ def start_or_signal(
                     # fail (after waiting for its commit), and the next round signals the winner's run.
                     with transaction.atomic():
                         transitions.insert_run(run, delayed_until=delayed_until(run))
-                        transitions.deliver_signal(run, signal, data, signal_id, clock.now())
+                        inbox.deliver_signal(run, signal, data, signal_id, clock.now())
                     return StartOrSignalResult(WorkflowHandle(run.workflow_id, run.run_id), "started")
                 except IntegrityError:
                     run.restarted_from = None
@@ -175,7 +175,7 @@ def start_or_update(
     check_terminal_conflict(on_terminal_conflict, workflow_id)
     data, update_id = updates.check_update(update, payload, update_id)
     updates.check_timeout(timeout)
-    if client.driver_here() is None:
+    if result_waiters.driver_here() is None:
         updates.refuse_waiting_in_transaction("start_or_update()")
     for _ in range(RACE_RETRIES):
         target = Workflow.objects.latest_for(workflow_id).first()
@@ -200,7 +200,7 @@ def start_or_update(
         try:
             with transaction.atomic():
                 transitions.insert_run(run, delayed_until=delayed_until(run))
-                record, _ = transitions.deliver_update(run, update, data, update_id, clock.now())
+                record, _ = inbox.deliver_update(run, update, data, update_id, clock.now())
         except IntegrityError:
             continue  # a concurrent caller started the run: the next round updates it
         handle = WorkflowHandle(run.workflow_id, run.run_id)

@@ -27,7 +27,8 @@ from django_weft.models import (
     WorkflowStep,
 )
 from django_weft.store import lock_retries
-from django_weft.store.transitions import S, locked_run, record_event
+from django_weft.store.inbox import record_event
+from django_weft.store.transitions import S, locked_run
 
 
 @lock_retries.retrying("resolve_async")

@@ -27,8 +27,7 @@ from django_weft.models import (
     WorkflowUpdate,
 )
 from django_weft.observability import events
-from django_weft.store import group_commit, wakeups
-from django_weft.store import search_rows as attribute_rows
+from django_weft.store import group_commit, search_rows, wakeups
 from django_weft.store.bound_cursor import Converter, bound_cursor, converter
 
 
@@ -135,8 +134,9 @@ def announce(run: Workflow, writes: Sequence[JournalWrite], *, committed: bool =
         events.steps_committed(run, steps, consumed, committed=committed)
 
 
-def apply(writes: Iterable[JournalWrite]) -> None:
-    """Apply writes with the ORM, inside the caller's transaction."""
+def apply(writes: Iterable[JournalWrite], children: Callable[[InsertChild | CancelChild], None]) -> None:
+    """Apply writes with the ORM, inside the caller's transaction; a child's start or cancel is a transition of
+    that child, which ``children`` (the state writer's) makes."""
     for write in writes:
         if isinstance(write, InsertStep):
             write.step.save(force_insert=True)
@@ -154,14 +154,8 @@ def apply(writes: Iterable[JournalWrite]) -> None:
             Timer.objects.filter(pk=write.timer_id).update(fired_at=write.at)
         elif isinstance(write, ConsumeSignal):
             Signal.objects.filter(pk=write.signal_pk).update(consumed_at=write.at, consumed_by_seq=write.seq)
-        elif isinstance(write, InsertChild):
-            from django_weft.store.transitions import insert_run
-
-            insert_run(write.run, delayed_until=None)
-        elif isinstance(write, CancelChild):
-            from django_weft.store.transitions import cancel_child
-
-            cancel_child(write.run_id, write.at, write.reason, write.policy)
+        elif isinstance(write, InsertChild | CancelChild):
+            children(write)
         elif isinstance(write, InsertAsync):
             record = write.record
             # The outside system may have answered before the park (see resolutions.resolve_async).
@@ -176,7 +170,7 @@ def apply(writes: Iterable[JournalWrite]) -> None:
             )
             wakeups.update_settled(write.update_pk)
         elif isinstance(write, SetSearchAttributes):
-            attribute_rows.replace(write.run_id, write.created_at, write.values, write.shown)
+            search_rows.replace(write.run_id, write.created_at, write.values, write.shown)
         elif isinstance(write, ResolveAsync):
             AsyncActivity.objects.filter(pk=write.record_pk).update(
                 status=write.status, resolved_at=write.at, error=write.error

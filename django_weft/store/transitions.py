@@ -1,4 +1,7 @@
-"""The only code that writes a run's status, lease and fence.
+"""A run's transitions: the executor's (claim, commit, park, finish, release) and the external ones (cancel,
+time out), with the table of which status may follow which. The other operators' transitions (``repairs``,
+``terminations``) and the one-statement forms (``claim_statement``, ``signal_statement``) make the same moves;
+together, :mod:`django_weft.store` is the only code that writes a run's status, lease and fence.
 
 Every function is one transaction over one run row (or one page of rows for claims):
 
@@ -37,15 +40,8 @@ from django_weft.models import (
     WorkflowUpdate,
 )
 from django_weft.observability import events
-from django_weft.store import claim_statement, journal, lock_retries, wakeups
-from django_weft.store import search_rows as attribute_rows
-from django_weft.store.inbox import deliver_signal as deliver_signal  # re-exported: part of the state writer's API
-from django_weft.store.inbox import deliver_update as deliver_update
-from django_weft.store.inbox import fail_pending_updates as fail_pending_updates
-from django_weft.store.inbox import fail_updates_of_closed_runs as fail_updates_of_closed_runs
-from django_weft.store.inbox import record_event as record_event
+from django_weft.store import claim_statement, inbox, journal, lock_retries, search_rows, wakeups
 from django_weft.store.leases import lease_expiry as _lease_expiry
-from django_weft.store.leases import renew as renew  # re-exported: the lease keeper's and heartbeats' renewal
 
 logger = logging.getLogger("django_weft.transitions")
 
@@ -78,6 +74,14 @@ EXECUTION_TIMEOUT = "execution_timeout"
 SCHEDULE_OVERLAP = "schedule_overlap"  # its schedule's overlap policy cancel_other started the next run
 
 
+def _child_transition(write: journal.InsertChild | journal.CancelChild) -> None:
+    """A parent's commit that starts or cancels a child: the child's own transition."""
+    if isinstance(write, journal.InsertChild):
+        insert_run(write.run, delayed_until=None)
+    else:
+        cancel_child(write.run_id, write.at, write.reason, write.policy)
+
+
 def can_transition(current: str, target: str) -> bool:
     return target in ALLOWED[current]
 
@@ -89,7 +93,7 @@ def insert_run(run: Workflow, *, delayed_until: datetime | None) -> Workflow:
     """Insert a new run (inside the caller's transaction). Pending until claimed."""
     run.status = S.PENDING
     journal.insert_row(run)
-    attribute_rows.insert_for(run)
+    search_rows.insert_for(run)
     if delayed_until is not None:
         Timer.objects.create(run=run, purpose="delayed_start", fire_at=delayed_until)
     wakeups.runnable(run.pk, run.runnable_at or run.created_at, run.created_at)
@@ -105,7 +109,7 @@ def insert_claimed_run(run: Workflow, owner: str) -> Claim:
     run.status, run.fence, run.lease_owner = S.RUNNING, 1, owner
     run.started_at, run.runnable_at = now, _lease_expiry(now)
     journal.insert_row(run)
-    attribute_rows.insert_for(run)
+    search_rows.insert_for(run)
     events.run_event(signals.workflow_started, run)
     return Claim(run=run, fence=run.fence, owner=owner, previous_status=S.PENDING, fresh=True,
                  inbox_seen=run.inbox_seq, lease_until=run.runnable_at)
@@ -184,7 +188,7 @@ def _fenced_write(claim: Claim, now: datetime, writes: Sequence[journal.JournalW
         updated = Workflow.objects.filter(pk=run.pk, fence=claim.fence, status=S.RUNNING).update(**fields)
         if updated == 0:
             raise _refused(claim)
-        journal.apply(pending)
+        journal.apply(pending, _child_transition)
         journal.announce(run, pending)
         if closing is not None and touches_others:
             run.status = closing
@@ -359,12 +363,12 @@ def _after_close(run: Workflow, now: datetime) -> None:
     AsyncActivity.objects.filter(run=run, status=AsyncStatus.PENDING).update(
         status=AsyncStatus.CANCELLED, resolved_at=now
     )
-    fail_pending_updates(run, now)
+    inbox.fail_pending_updates(run, now)
     _close_children(run, now, f"parent run {run.pk} of {run.workflow_id!r} closed ({run.status})")
     if run.parent_id is not None:
         parent = Workflow.objects.filter(pk=run.parent_id).only("pk", "status", "inbox_seq").first()
         if parent is not None and not parent.is_finished:
-            record_event(parent, now, wakes=True)
+            inbox.record_event(parent, now, wakes=True)
     if run.schedule_id is not None:
         for hook in _schedule_run_closed:
             hook(run, now)
