@@ -189,3 +189,20 @@ def check_executor(app_configs: Any = None, **kwargs: Any) -> list:
                       hint="pip install 'django-weft[celery]' and define a Celery app for the project.",
                       id="weft.E003")]
     return []
+
+
+@register(Tags.compatibility)
+def check_workflow_errors(app_configs: Any = None, **kwargs: Any) -> list:
+    from django_weft.common.registry import ON_ERROR_CHOICES
+    from django_weft.conf import weft_settings
+
+    errors = []
+    if weft_settings.WORKFLOW_ERRORS not in ON_ERROR_CHOICES:
+        errors.append(Error(f"WEFT_WORKFLOW_ERRORS is {weft_settings.WORKFLOW_ERRORS!r}; it must be one of "
+                            f"{', '.join(map(repr, ON_ERROR_CHOICES))}.", id="weft.E006"))
+    for name in ("CLEANUP_TIMEOUT", "WORKFLOW_HOLD_MAX_BACKOFF"):
+        value = getattr(weft_settings, name)
+        if not isinstance(value, int | float) or isinstance(value, bool) or not 0 < value < 10**9:
+            errors.append(Error(f"WEFT_{name} is {value!r}; it must be a positive number of seconds.",
+                                id="weft.E007"))
+    return errors

@@ -85,6 +85,14 @@ DEFAULTS: dict[str, Any] = {
     # Activity attempts of one run that execute at once (ctx.start_activity, ctx.gather, ctx.map); more wait
     # for a free slot.
     "MAX_PARALLEL_ACTIVITIES": 8,
+    # How long the cleanup of a cancelled run may take (seconds from the cancel request; with ctx.cleanup() its
+    # durable calls run again), after which the run is terminated. @weft.workflow(cleanup_timeout=...) per type.
+    "CLEANUP_TIMEOUT": 300.0,
+    # What an exception raised by a workflow's own code (a bug: not an activity's failure, not
+    # weft.ApplicationError, not a cancel) does: "fail" the run, or "hold" it, retried with backoff (up to
+    # WORKFLOW_HOLD_MAX_BACKOFF seconds) and after each deploy. @weft.workflow(on_error=...) per type.
+    "WORKFLOW_ERRORS": "fail",
+    "WORKFLOW_HOLD_MAX_BACKOFF": 600.0,
     # Journal rows one run may hold: the step that would pass it ends the run as timed_out
     # (termination_reason "history_limit"); use ctx.continue_as_new() long before.
     "MAX_HISTORY": 20_000,

@@ -103,6 +103,15 @@ class NonDeterminismError(WeftError):
         self.requested = requested
 
 
+class ApplicationError(WeftError):
+    """A business failure the code raises on purpose: from a workflow it always fails the run (even with
+    ``on_error="hold"``); from an activity with ``non_retryable=True`` it is not retried."""
+
+    def __init__(self, message: str, *, non_retryable: bool = False) -> None:
+        super().__init__(message)
+        self.non_retryable = non_retryable
+
+
 class ActivityError(WeftError):
     """An activity failed for good (retries exhausted or a non-retryable error).
 
@@ -130,6 +139,19 @@ class ActivityCancelled(WeftError):
 
 class BranchCancelled(WeftError):
     """A branch lost a ``ctx.race`` and was cancelled; ``pending.result()`` of it raises this."""
+
+
+class CancelledError(BaseException):
+    """Raised inside workflow code by the durable call a run waits in (or its next one) once the run's cancel was
+    requested (``handle.cancel()``, a parent's ``request_cancel``, a race its child lost, ``weft.bulk.cancel``).
+
+    A ``BaseException``, like ``asyncio.CancelledError``, so ``except Exception`` does not swallow it. Outside
+    ``with ctx.cleanup():`` every further durable call raises it again; let it escape and the run ends
+    ``cancelled``."""
+
+    def __init__(self, message: str = "the run's cancel was requested", *, reason: str = "") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class WorkflowResultError(WeftError):

@@ -71,11 +71,12 @@ def test_the_last_failed_attempt_is_not_retried(weft_env, received):
 
 
 def test_an_attempt_whose_commit_is_refused_completes_nothing(weft_env, received):
-    # The activity cancels its own run, so the executor's commit of its result is refused (FencingError).
-    handle = weft.start("test.cancelled_mid_step", "s4", workflow_id="s4")
+    # The activity terminates its own run, so the executor's commit of its result is refused (FencingError).
+    handle = weft.start("test.terminated_mid_step", "s4", workflow_id="s4")
     weft_env.drive()
-    assert handle.status == "cancelled"
-    assert [c["activity"] for c in received["activity_started"]] == [RECORD, "tests.testapp.workflows.cancel_own_run"]
+    assert handle.status == "timed_out"
+    assert [c["activity"] for c in received["activity_started"]] == [
+        RECORD, "tests.testapp.workflows.terminate_own_run"]
     assert [c["activity"] for c in received["activity_completed"]] == [RECORD]
 
 

@@ -256,6 +256,8 @@ def test_cancel_action_confirms_then_cancels_and_logs(staff_client, weft_env):
     assert "to-cancel" in page.content.decode() and page.context["ineligible_count"] == 1
     assert open_run.status == "waiting"  # nothing happened yet
     page = act(staff_client, "cancel_selected", [open_run.run_id, done.run_id])
+    assert open_run.cancel_requested and not done.cancel_requested
+    weft_env.drive()  # the run's code sees the cancel
     assert open_run.status == "cancelled" and done.status == "completed"
     assert any("1 workflow run cancelled" in m and "1 skipped" in m for m in messages_of(page))
     entry = LogEntry.objects.get(object_id=str(open_run.run_id))
@@ -318,6 +320,7 @@ def test_detail_buttons_follow_state_and_confirm(staff_client, weft_env):
     staff_client.post(run_url(handle.run_id, "resume"), {"post": "yes"})
     assert handle.status == "running"
     staff_client.post(run_url(handle.run_id, "cancel"), {"post": "yes"})
+    weft_env.drive()
     assert handle.status == "cancelled"
     body = staff_client.get(run_url(handle.run_id)).content.decode()
     assert run_url(handle.run_id, "cancel") not in body and run_url(handle.run_id, "purge") in body
@@ -430,6 +433,7 @@ def test_each_operation_needs_its_own_permission(client, weft_env):
     actions = [value for value, _label in client.get(reverse(RUNS)).context["action_form"].fields["action"].choices]
     assert "cancel_selected" in actions and "purge_selected" not in actions and "retry_selected" not in actions
     client.post(run_url(handle.run_id, "cancel"), {"post": "yes"})
+    weft_env.drive()
     assert handle.status == "cancelled"
 
 

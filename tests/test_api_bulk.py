@@ -84,6 +84,7 @@ def test_suspend_resume_retry_and_purge(api, weft_env):
     assert act("retry_failed") == 1
     weft_env.drive()  # it fails again
     assert act("cancel") == 2
+    weft_env.drive()  # the runs' code sees the cancel
     assert act("purge") == 3
     assert not Workflow.objects.exists()
 

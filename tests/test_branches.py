@@ -334,7 +334,7 @@ def test_heartbeat_raises_activity_cancelled_when_the_run_is_cancelled(weft_env)
     finally:
         driver.join(30)
     assert not driver.is_alive()
-    assert "cancelled, timed out or taken away" in bw.wait_for_mark("cx:cancelled:")
+    assert "the run's cancel was requested" in bw.wait_for_mark("cx:cancelled:")
     assert handle.refresh().status == RunStatus.CANCELLED
 
 

@@ -207,12 +207,17 @@ def test_cancel_runs_through_the_confirmation_page(admin: Browser) -> None:
     admin.shot("cancel-confirmation")
     admin.confirm("Cancel")
     assert "1 workflow run cancelled." in admin.messages()
+    assert by_action.cancel_requested  # a request: the run's code sees it when it is next driven
+    weft.run_maintenance()
     assert by_action.status == "cancelled"
 
     # The detail page's button, then the same confirmation page.
     admin.goto(run_path(by_button.run_id))
     page.locator("a.weft-cancel").click()
     admin.confirm("Cancel")
+    expect(page.locator("div.field-cancel_requested_at")).not_to_contain_text("-")
+    weft.run_maintenance()
+    admin.goto(run_path(by_button.run_id))
     expect(page.locator("div.field-status_badge")).to_contain_text("Cancelled")
     admin.shot("cancelled-detail")
     assert by_button.status == "cancelled"

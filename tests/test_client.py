@@ -184,6 +184,7 @@ def test_cancel_a_waiting_run(weft_env):
     handle = weft.start("test.steps", spec("c", count=4, sleep=60))
     weft_env.drive()
     assert weft.cancel(handle.workflow_id, reason="customer asked") is True
+    weft_env.drive()  # the run's code sees the cancel where it sleeps
     run = handle.refresh()
     assert run.status == "cancelled" and run.error["message"] == "customer asked"
     with pytest.raises(weft.WorkflowCancelled, match="customer asked"):
@@ -210,6 +211,7 @@ def test_lifecycle_signals_are_sent_after_commit(weft_env):
         cancelled = weft.start("test.long_sleep", workflow_id="cx")
         weft_env.drive()
         cancelled.cancel()
+        weft_env.drive()
         assert ok.status == "completed" and bad.status == "failed"
     finally:
         for sig in (signals.workflow_started, signals.workflow_completed, signals.workflow_failed,

@@ -146,6 +146,7 @@ def test_terminate_applies_the_childrens_parent_close_policy(weft_env, policy, c
     assert child.status == RunStatus.WAITING
     assert parent.terminate() is True
     assert_terminated(parent)
+    weft_env.drive()  # a child whose cancel was requested sees it in its code
     child.refresh_from_db()
     assert child.status == child_status
     if policy != "abandon":

@@ -239,14 +239,24 @@ def test_an_exception_in_the_workflow_code_fails_the_run_without_raising_from_ru
     assert executions("wf:before") == 1 and sent["workflow_failed"] == [handle.run_id]
 
 
-def test_a_run_cancelled_mid_step_is_dropped_by_its_caller(sent):
-    """A cancel bumps the fence: the caller's next commit is refused, it stops, and weft.run returns."""
-    handle = weft.run("test.cancelled_mid_step", "cx", workflow_id="cx")
+def test_a_run_terminated_mid_step_is_dropped_by_its_caller(sent):
+    """A terminate bumps the fence: the caller's next commit is refused, it stops, and weft.run returns."""
+    handle = weft.run("test.terminated_mid_step", "cx", workflow_id="cx")
     run = handle.refresh()
-    assert run.status == RunStatus.CANCELLED
-    with pytest.raises(weft.WorkflowCancelled):
+    assert run.status == RunStatus.TIMED_OUT
+    with pytest.raises(weft.WorkflowTimedOut):
         handle.result(timeout=0)
     assert executions("cx:first") == 1 and executions("cx") == 1 and executions("cx:never") == 0
+    assert sent["workflow_completed"] == []
+
+
+def test_a_run_cancelled_mid_step_ends_cancelled_in_its_caller(sent):
+    """A cancel is a request: the step in progress commits, the next durable call raises it, weft.run returns."""
+    handle = weft.run("test.cancelled_mid_step", "cy", workflow_id="cy")
+    assert handle.refresh().status == RunStatus.CANCELLED
+    with pytest.raises(weft.WorkflowCancelled, match="operator cancelled mid-step"):
+        handle.result(timeout=0)
+    assert executions("cy:first") == 1 and executions("cy") == 1 and executions("cy:never") == 0
     assert sent["workflow_cancelled"] == [handle.run_id] and sent["workflow_completed"] == []
     assert weft.run_maintenance().claimed == 0
 

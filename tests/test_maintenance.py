@@ -41,15 +41,27 @@ def test_run_maintenance_acts_as_of_now(weft_env):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_cancel_during_a_step_refuses_the_executors_late_commit(weft_env):
-    handle = weft.start("test.cancelled_mid_step", "mid", workflow_id="mid")
+def test_terminate_during_a_step_refuses_the_executors_late_commit(weft_env):
+    handle = weft.start("test.terminated_mid_step", "mid", workflow_id="mid")
     report = weft_env.drive()
     assert report.outcomes == {"lost": 1}
     run = handle.refresh()
-    assert run.status == "cancelled" and run.error["message"] == "operator cancelled mid-step"
-    # The step that was running when the cancel landed is not recorded, and nothing after it ran.
+    assert run.status == "timed_out" and "operator terminated mid-step" in run.error["message"]
+    # The step that was running when the terminate landed is not recorded, and nothing after it ran.
     assert list(WorkflowStep.objects.filter(run_id=handle.run_id).values_list("seq", flat=True)) == [1]
     assert executions("mid") == 1 and executions("mid:never") == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_cancel_during_a_step_lets_it_commit_and_the_next_call_raises(weft_env):
+    handle = weft.start("test.cancelled_mid_step", "midc", workflow_id="midc")
+    report = weft_env.drive()
+    assert report.outcomes == {"cancelled": 1}
+    run = handle.refresh()
+    assert run.status == "cancelled" and run.error["message"] == "operator cancelled mid-step"
+    steps = list(WorkflowStep.objects.filter(run_id=handle.run_id).order_by("seq").values_list("seq", "status"))
+    assert steps == [(1, "completed"), (2, "completed"), (3, "cancelled")]
+    assert executions("midc") == 1 and executions("midc:never") == 0
 
 
 def test_expired_lease_makes_the_run_runnable_again(weft_env):

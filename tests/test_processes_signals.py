@@ -304,7 +304,7 @@ def test_start_or_signal_locks_a_run_that_appears_after_its_locked_lookup(row_lo
         return real_deliver(run, name, payload, signal_id, now)
 
     monkeypatch.setattr(with_start, "lock_open_run", lookup)
-    monkeypatch.setattr(transitions, "deliver_signal", deliver)
+    monkeypatch.setattr(inbox, "deliver_signal", deliver)
 
     second = start_or_signal(1, 2, "item-1")
 
@@ -581,6 +581,7 @@ def test_a_completion_for_a_cancelled_run_is_refused_and_changes_nothing(db):
     record = AsyncActivity.objects.get(run_id=handle.run_id)
     assert record.status == AsyncStatus.PENDING
     assert handle.cancel("no longer needed") is True
+    assert weft.run_maintenance().outcomes == {"cancelled": 1}  # its code sees the cancel where it waits
 
     def snapshot() -> tuple:
         run = Workflow.objects.filter(pk=handle.run_id).values(

@@ -953,10 +953,11 @@ def test_cancel_reasons(reason, via):
         env.drive()
         ok, cancelled = attempt((lambda: weft.cancel("props-cancel", reason)) if via == "weft" else
                                 (lambda: handle.cancel(reason)), expect=(InvalidArgument,), field="reason")
-        run = handle.refresh()
         if not ok:
-            assert run.status == "waiting"
+            assert handle.refresh().status == "waiting" and not handle.cancel_requested
             return
+        env.drive()  # the run's code sees the cancel
+        run = handle.refresh()
         assert cancelled is True and run.status == "cancelled"
         assert run.error["message"] == (reason or "cancelled"), f"reason {short(reason)} stored as {run.error}"
 
@@ -1370,7 +1371,8 @@ def test_retry_policy_values(max_attempts, initial_backoff, backoff_multiplier, 
         return
     # Attempts come one failure at a time, so a backoff is never asked for attempt 10**100; with int backoffs
     # that would be an exact (endless) big-int power, not an overflow.
-    attempts = [*range(1, min(policy.max_attempts, 1200)), min(policy.max_attempts - 1, 10_000)]
+    limit = 10**100 if policy.max_attempts is None else policy.max_attempts  # None: no limit
+    attempts = [*range(1, min(limit, 1200)), min(limit - 1, 10_000)]
     for n in attempts:
         if n < 1:
             continue

@@ -105,7 +105,10 @@ def test_the_run_examples(shell):
     assert (preview["matched"], preview["sample_ids"]) == (1, [str(waiting.run_id)])
     assert preview["confirmation_token"] and waiting.status == "waiting"  # a dry run changes nothing
     cancelled = shell("cancel a run")
-    assert (cancelled["workflow_id"], cancelled["status"], cancelled["changed"]) == ("order-43", "cancelled", True)
+    assert (cancelled["workflow_id"], cancelled["status"], cancelled["changed"], cancelled["cancel_requested"]) == (
+        "order-43", "waiting", True, True)
+    drive()
+    assert waiting.status == "cancelled"
 
 
 def test_the_long_poll_example_answers_when_the_run_ends(shell):

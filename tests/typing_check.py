@@ -40,10 +40,11 @@ def checkout(ctx: weft.Context, order_id: int) -> str:
     reveal_type(ctx.start_activity(ship, order_id))  # N: Revealed type is "django_weft.runtime.replay.pending.Pending[dict[str, int]]"
     reveal_type(ctx.start_activity(fetch, "u").result())  # N: Revealed type is "int"
     ctx.start_activity(fetch, 3)  # E: No overload variant of "start_activity" of "Branches" matches argument types "Callable[[str], Coroutine[Any, Any, int]]", "int"
-    ctx.run(charge_card, "42")  # E: Argument 2 to "run" of "ActivityOps" has incompatible type "str"; expected "int"
+    ctx.run(charge_card, "42")  # E: No overload variant of "run" of "ActivityOps" matches argument types "def charge_card(order_id: int, *, currency: str = ...) -> str", "str"
     ctx.run(charge_card, order_id, currency=3)  # E: Argument "currency" to "run" of "ActivityOps" has incompatible type
     ctx.run(charge_card, order_id, colour="red")  # E: Unexpected keyword argument "colour" for "run"
-    ctx.run(ship)  # E: Missing positional argument "order_id" in call to "run" of "ActivityOps"
+    ctx.run(ship)  # E: No overload variant of "run" of "ActivityOps" matches argument type "Callable[[int], dict[str, int]]"
+    reveal_type(ctx.run("typing.ship", order_id))  # N: Revealed type is "Any"
     count: int = ctx.run(charge_card, order_id)  # E: (expression has type "str", variable has type "int")
     return ctx.run(charge_card, count)
 

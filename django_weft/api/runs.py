@@ -173,7 +173,8 @@ def _end(request: HttpRequest, workflow_id: str, body: ReasonIn | None, verb: st
     handle = client.get_handle(workflow_id)
     changed = action(handle, reason)
     run = handle.refresh()
-    return {"workflow_id": run.workflow_id, "run_id": run.run_id, "status": run.status, "changed": changed}
+    return {"workflow_id": run.workflow_id, "run_id": run.run_id, "status": run.status, "changed": changed,
+            "cancel_requested": run.cancel_requested_at is not None}
 
 
 @router.post("runs/{workflow_id}/fork", response={201: StartOut, **ERRORS},

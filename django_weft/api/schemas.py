@@ -112,6 +112,8 @@ class RunOut(Schema):
     failure_category: str
     termination_reason: str
     wait_reason: str
+    cancel_requested_at: dt.datetime | None = Field(
+        description="When its cancel was requested: while the run is open, its code is cleaning up.")
     tags: list[str]
     search_attributes: dict[str, Any]
     parent_run_id: uuid.UUID | None
@@ -185,6 +187,8 @@ class ChangedOut(Schema):
     run_id: uuid.UUID
     status: str
     changed: bool = Field(description="False when the run had already ended.")
+    cancel_requested: bool = Field(description="A cancel was requested: the run's code sees it and may clean up "
+                                               "before the run ends cancelled.")
 
 
 # What stands for a part of a value nested deeper than MAX_DEPTH (stored before the limit was enforced).
@@ -223,6 +227,7 @@ def run_out(run: Workflow) -> dict[str, Any]:
         "result": as_json(decode(run.result)) if run.result is not None else None,
         "error": run.error, "failure_category": run.failure_category,
         "termination_reason": run.termination_reason, "wait_reason": run.wait_reason,
+        "cancel_requested_at": run.cancel_requested_at,
         "tags": list(run.tags or []), "search_attributes": as_json(run.search_attributes or {}),
         "parent_run_id": run.parent_id, "restarted_from": run.restarted_from_id,
         "created_at": run.created_at, "started_at": run.started_at, "finished_at": run.finished_at,

@@ -10,11 +10,14 @@ import inspect
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, TypeVar, overload
 
+from django_weft.common.durations import to_seconds
 from django_weft.common.storable import unstorable_reason
 from django_weft.exceptions import (
     ConfigurationError,
+    InvalidArgument,
     WorkflowAlreadyRegistered,
     WorkflowNotRegistered,
     WorkflowVersionNotRegistered,
@@ -22,16 +25,25 @@ from django_weft.exceptions import (
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+# What an exception raised by a workflow's own code does to its run.
+ON_ERROR_CHOICES = ("fail", "hold")
+
 _lock = threading.Lock()
 _workflows: dict[str, dict[int, WorkflowDefinition]] = {}  # name -> version -> definition
 
 
 @dataclass(frozen=True)
 class WorkflowDefinition:
+    """A registered workflow type at one version."""
+
     name: str
     fn: Callable[..., Any]
     takes_input: bool
     version: int = 1
+    # Seconds the cleanup of a cancelled run may take (None: WEFT_CLEANUP_TIMEOUT).
+    cleanup_timeout: float | None = None
+    # What an exception raised by the code itself does: "fail" the run or "hold" it (None: WEFT_WORKFLOW_ERRORS).
+    on_error: str | None = None
 
     @property
     def qualified_name(self) -> str:
@@ -47,18 +59,31 @@ def _positional_params(fn: Callable[..., Any]) -> int:
 @overload
 def workflow(fn: F, /) -> F: ...
 @overload
-def workflow(*, name: str | None = None, version: int = 1) -> Callable[[F], F]: ...
+def workflow(*, name: str | None = None, version: int = 1, cleanup_timeout: float | timedelta | None = None,
+             on_error: str | None = None) -> Callable[[F], F]: ...
 
 
-def workflow(fn: Any = None, /, *, name: str | None = None, version: int = 1) -> Any:
+def workflow(fn: Any = None, /, *, name: str | None = None, version: int = 1,
+             cleanup_timeout: float | timedelta | None = None, on_error: str | None = None) -> Any:
     """Register a workflow: ``@weft.workflow`` or ``@weft.workflow(name="checkout", version=2)``.
 
     The function is called as ``fn(ctx)`` or ``fn(ctx, input)``; the default name is the function's
     ``module.qualname``. Give an explicit name if the code may move. Several versions of one name may be
     registered at once: new runs take the highest, and every run executes with the version it started on.
+    ``cleanup_timeout`` bounds the cleanup of a cancelled run (``with ctx.cleanup():``), counted from the cancel
+    request; default WEFT_CLEANUP_TIMEOUT. ``on_error="hold"`` holds a run whose code raises (a bug, not an
+    activity's failure, not ``weft.ApplicationError``) instead of failing it, retried with backoff and after each
+    deploy; default WEFT_WORKFLOW_ERRORS ("fail").
     """
+    if on_error not in (None, *ON_ERROR_CHOICES):
+        raise ConfigurationError(f"on_error must be one of {', '.join(ON_ERROR_CHOICES)}, got {on_error!r}")
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
         raise ConfigurationError(f"a workflow's version must be a positive int, got {version!r}")
+    try:
+        cleanup = None if cleanup_timeout is None else to_seconds(cleanup_timeout, "cleanup_timeout",
+                                                                   allow_zero=False)
+    except InvalidArgument as exc:
+        raise ConfigurationError(str(exc)) from None
 
     def register(func: F) -> F:
         count = _positional_params(func)
@@ -71,7 +96,8 @@ def workflow(fn: Any = None, /, *, name: str | None = None, version: int = 1) ->
         if not isinstance(wf_name, str) or len(wf_name) > 200 or unstorable_reason(wf_name):
             raise ConfigurationError(f"workflow name {wf_name!r} must be a string of at most 200 characters "
                                      "without NUL or lone surrogates")
-        definition = WorkflowDefinition(name=wf_name, fn=func, takes_input=count == 2, version=version)
+        definition = WorkflowDefinition(name=wf_name, fn=func, takes_input=count == 2, version=version,
+                                        cleanup_timeout=cleanup, on_error=on_error)
         with _lock:
             versions = _workflows.setdefault(wf_name, {})
             existing = versions.get(version)

@@ -45,6 +45,8 @@ class StepKind(models.TextChoices):
     CONDITION = "condition", _("Wait condition")
     # ctx.set_search_attributes: applied to the run's row in the commit that records it.
     ATTRIBUTES = "attributes", _("Search attributes")
+    # ctx.signal_workflow: the signal is stored for the other run in the commit that records the step.
+    SIGNAL_SENT = "signal_sent", _("Signal sent")
 
 
 class StepStatus(models.TextChoices):

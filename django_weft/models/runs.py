@@ -51,8 +51,8 @@ class Workflow(models.Model):
     result = models.BinaryField(null=True, blank=True)
     error = models.JSONField(null=True, blank=True)
     failure_category = models.CharField(max_length=16, choices=FailureCategory.choices, blank=True)
-    # Why the engine ended the run, where it did (e.g. "history_limit", "cancel_requested"); while a cancel
-    # its parent requested waits for the run to park (cancel_requested_at), why it will be cancelled.
+    # Why the engine ended the run, where it did (e.g. "history_limit", "cancel_requested"); while a requested
+    # cancel is delivered to its code and it cleans up (cancel_requested_at), why it will be cancelled.
     termination_reason = models.CharField(max_length=64, blank=True)
     idempotency_key = IdentifierField(max_length=255, null=True, blank=True, unique=True)
     parent = models.ForeignKey(
@@ -80,6 +80,8 @@ class Workflow(models.Model):
     # Takeovers of the run (its executor died) in a row without the journal growing, and the journal
     # length they saw: a run whose executors keep dying at one step is failed, not re-claimed forever.
     recoveries = models.PositiveIntegerField(default=0)
+    # Times the run's own code raised and the run was held (on_error="hold"): its backoff grows with it.
+    code_errors = models.PositiveIntegerField(default=0)
     recovery_mark = models.PositiveIntegerField(default=0)
     # Signal names the parked run waits for: a signal with one of them wakes it.
     awaiting_signals = models.JSONField(default=list, blank=True)
@@ -88,7 +90,10 @@ class Workflow(models.Model):
     scheduled_for = models.DateTimeField(null=True, blank=True, help_text=_("The schedule occurrence it runs for."))
     parent_close_policy = models.CharField(max_length=16, choices=ParentClosePolicy.choices,
                                            default=ParentClosePolicy.TERMINATE)
+    # Set by a cancel request (handle.cancel, a parent's request_cancel, a lost race): the run's code sees
+    # weft.CancelledError and may clean up until execution_deadline (the request + cleanup_timeout).
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    cancel_reason = models.TextField(blank=True, default="")
     execution_deadline = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField()
     started_at = models.DateTimeField(null=True, blank=True)

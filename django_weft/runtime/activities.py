@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, overload
 from django_weft.common.durations import to_seconds
 from django_weft.common.storable import check_text, unstorable_reason
 from django_weft.common.tokens import make_task_token, parse_task_token
-from django_weft.exceptions import InvalidArgument, WeftError
+from django_weft.exceptions import ApplicationError, InvalidArgument, WeftError
 
 if TYPE_CHECKING:
     from django_weft.runtime.heartbeats import AttemptControl
@@ -29,20 +29,23 @@ F = TypeVar("F", bound=Callable[..., Any])
 class RetryPolicy:
     """How often and how fast a failing activity is tried again.
 
-    ``max_attempts`` counts every attempt, the first included. The wait before attempt n+1 is
+    ``max_attempts`` counts every attempt, the first included; ``None`` retries without limit (bounded by the
+    activity's ``schedule_to_close_timeout``, with waits that stop growing at ``max_backoff``). The wait before
+    attempt n+1 is
     ``min(initial_backoff * backoff_multiplier ** (n - 1), max_backoff)`` seconds, spent as a durable
     timer: the run parks, no thread sleeps. Exceptions of a ``non_retryable`` type fail at once.
     """
 
-    max_attempts: int = 3
+    max_attempts: int | None = 3
     initial_backoff: float = 1.0
     backoff_multiplier: float = 2.0
     max_backoff: float = 30.0
     non_retryable: tuple[type[BaseException], ...] = field(default=())
 
     def __post_init__(self) -> None:
-        if not isinstance(self.max_attempts, int) or isinstance(self.max_attempts, bool) or self.max_attempts < 1:
-            raise InvalidArgument(f"RetryPolicy.max_attempts must be an int >= 1, got {self.max_attempts!r}")
+        limit = self.max_attempts
+        if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
+            raise InvalidArgument(f"RetryPolicy.max_attempts must be an int >= 1 or None (no limit), got {limit!r}")
         # Stored as seconds, whether given as numbers or timedeltas.
         object.__setattr__(self, "initial_backoff",
                            to_seconds(self.initial_backoff, "RetryPolicy.initial_backoff", allow_zero=True))
@@ -76,11 +79,12 @@ class RetryPolicy:
         return min(grown, self.max_backoff)
 
     def should_retry(self, attempt: int, error: BaseException) -> bool:
-        return self.allows(attempt + 1) and not isinstance(error, self.non_retryable)
+        return (self.allows(attempt + 1) and not isinstance(error, self.non_retryable)
+                and not (isinstance(error, ApplicationError) and error.non_retryable))
 
     def allows(self, attempt: int) -> bool:
         """Attempt number ``attempt`` may begin (every attempt counts: failed, timed out and lost ones)."""
-        return attempt <= self.max_attempts
+        return self.max_attempts is None or attempt <= self.max_attempts
 
 
 DEFAULT_RETRY_POLICY = RetryPolicy()
@@ -135,7 +139,7 @@ def activity(
                               "without NUL or lone surrogates")
 
     def register(func: F) -> F:
-        func.__weft_activity__ = ActivityDefinition(  # type: ignore[attr-defined]
+        definition = ActivityDefinition(
             name=name or f"{func.__module__}.{func.__qualname__}",
             fn=func,
             retry=retry or DEFAULT_RETRY_POLICY,
@@ -143,6 +147,8 @@ def activity(
             schedule_to_close_timeout=close_seconds,
             heartbeat_timeout=heartbeat_seconds,
         )
+        func.__weft_activity__ = definition  # type: ignore[attr-defined]
+        _by_name[definition.name] = definition
         return func
 
     if fn is not None:
@@ -200,8 +206,19 @@ def is_coroutine_body(body: Callable[..., Any]) -> bool:
     return inspect.iscoroutinefunction(body.body if isinstance(body, _Replacement) else body)
 
 
-def definition_of(fn: Callable[..., Any]) -> ActivityDefinition:
-    """The activity definition of ``fn``; plain functions get the default policy."""
+# Activities by registered name (``ctx.run("name", ...)``), the one registered last for a name.
+_by_name: dict[str, ActivityDefinition] = {}
+
+
+def definition_of(fn: Callable[..., Any] | str) -> ActivityDefinition:
+    """The activity definition of ``fn`` (a function, or a registered activity's name); plain functions get the
+    default policy."""
+    if isinstance(fn, str):
+        named = _by_name.get(fn)
+        if named is None:
+            raise InvalidArgument(f"no activity is registered as {fn!r}; registered: "
+                                  f"{', '.join(sorted(_by_name)) or 'none'}")
+        return named
     definition = getattr(fn, "__weft_activity__", None)
     if definition is not None:
         return definition

@@ -14,14 +14,18 @@ from django_weft.runtime.replay.attributes import SearchAttributes
 from django_weft.runtime.replay.branches import Branches
 from django_weft.runtime.replay.children import ChildHandle, Children
 from django_weft.runtime.replay.inbox import Inbox
+from django_weft.runtime.replay.info import RunInfo, WorkflowInfo
 from django_weft.runtime.replay.lifecycle import Lifecycle
+from django_weft.runtime.replay.outgoing import OutgoingSignals
 from django_weft.runtime.replay.pending import Pending
+from django_weft.runtime.replay.saga import Saga, Sagas
 from django_weft.runtime.replay.timers import Timers
 from django_weft.runtime.replay.values import RecordedValues
 
-__all__ = ["ChildHandle", "Context", "Pending"]
+__all__ = ["ChildHandle", "Context", "Pending", "Saga", "WorkflowInfo"]
 
 
-class Context(ActivityOps, Branches, Timers, Inbox, Children, RecordedValues, SearchAttributes, Lifecycle):
+class Context(ActivityOps, Sagas, Branches, Timers, Inbox, Children, RecordedValues, SearchAttributes, Lifecycle,
+              OutgoingSignals, RunInfo):
     """What a workflow function receives as ``ctx``: every operation family of runtime.replay, over one
     core (runtime.replay.core.ReplayCore) that assigns journal positions and writes."""

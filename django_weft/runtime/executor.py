@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import traceback
 from collections.abc import Callable
 from datetime import timedelta
 from functools import partial
@@ -13,8 +15,17 @@ from django_weft.common import attributes, clock
 from django_weft.common.codec import encode
 from django_weft.common.registry import WorkflowDefinition, get_workflow
 from django_weft.conf import weft_settings
-from django_weft.exceptions import ActivityError, FencingError, WorkflowNotRegistered
-from django_weft.models import FailureCategory, StepKind, StepStatus, Timer, WorkflowStep
+from django_weft.exceptions import (
+    ActivityError,
+    CancelledError,
+    FencingError,
+    InvalidArgument,
+    NonDeterminismError,
+    PayloadError,
+    WeftError,
+    WorkflowNotRegistered,
+)
+from django_weft.models import FailureCategory, StepKind, StepStatus, Timer, Workflow, WorkflowStep
 from django_weft.observability import events
 from django_weft.runtime.context import Context
 from django_weft.runtime.errors import (
@@ -43,9 +54,13 @@ UNKNOWN_TYPE_RETRY = timedelta(seconds=60)
 BATCH_HOLD_SECONDS = 2.0
 
 # Outcomes of execute()
-COMPLETED, FAILED, CANCELLED, WAITING, RELEASED, LOST, TIMED_OUT, CONTINUED = (
-    "completed", "failed", "cancelled", "waiting", "released", "lost", "timed_out", "continued",
+COMPLETED, FAILED, CANCELLED, WAITING, RELEASED, LOST, TIMED_OUT, CONTINUED, HELD = (
+    "completed", "failed", "cancelled", "waiting", "released", "lost", "timed_out", "continued", "held",
 )
+
+# A run held because its code raised (on_error="hold") is tried again after this many seconds, doubled at each
+# hold up to WEFT_WORKFLOW_HOLD_MAX_BACKOFF, and whenever a process starts.
+HOLD_FIRST_BACKOFF = 1.0
 
 # termination_reason of a run failed because the database refused to store a step or its outcome.
 DATABASE_REFUSED = "database_refused"
@@ -67,11 +82,6 @@ def _execute(claim: transitions.Claim, should_stop: Callable[[], bool]) -> str:
     now = clock.now()
     if run.execution_deadline is not None and run.execution_deadline <= now:
         return TIMED_OUT if transitions.time_out(run.pk, now) else LOST
-    if run.cancel_requested_at is not None:
-        return _finish(claim, transitions.S.CANCELLED,
-                       error={"type": "Cancelled", "message": "cancel requested by the parent run"},
-                       failure_category=FailureCategory.CANCELLATION,
-                       termination_reason=run.termination_reason or transitions.PARENT_CANCEL_REQUESTED)
     try:
         definition = get_workflow(run.workflow_type, version=run.version)
     except WorkflowNotRegistered as exc:
@@ -127,6 +137,11 @@ def _run_code(ctx: Context, claim: transitions.Claim, definition: WorkflowDefini
         logger.error("run %s of %s timed out: %s", run.pk, run.workflow_type, message)
         return partial(_finish, claim, transitions.S.TIMED_OUT, error={"type": "HistoryLimit", "message": message},
                        failure_category=FailureCategory.TIMEOUT, termination_reason="history_limit")
+    except CancelledError:
+        # Uncaught (or raised again after its cleanup): the run ends cancelled, as a cancel always ended it.
+        return partial(_finish, claim, transitions.S.CANCELLED, error=_cancelled_error(claim),
+                       failure_category=FailureCategory.CANCELLATION,
+                       termination_reason=run.termination_reason or transitions.CANCEL_REQUESTED)
     except StopExecution as stop:
         if stop.fail_with is not None:  # the database refused to store a step
             return partial(_finish, claim, transitions.S.FAILED, error=stop.fail_with,
@@ -135,6 +150,8 @@ def _run_code(ctx: Context, claim: transitions.Claim, definition: WorkflowDefini
             return partial(hand_back, claim)
         return lambda: LOST
     except Exception as exc:
+        if holds(definition, exc):
+            return partial(_hold, claim, exc)
         # Never raises, even for an exception whose __str__ does. An activity's failure names its step, which
         # an operator's retry runs again even when later branches settled after it.
         error = error_dict(exc, **({"step": exc.seq} if isinstance(exc, ActivityError) and exc.seq else {}))
@@ -142,6 +159,49 @@ def _run_code(ctx: Context, claim: transitions.Claim, definition: WorkflowDefini
         return partial(_finish, claim, transitions.S.FAILED, error=error, failure_category=failure_category_of(exc),
                        termination_reason=termination_reason_of(exc))
     return partial(_finish, claim, transitions.S.COMPLETED, result=result)
+
+
+def holds(definition: WorkflowDefinition, exc: Exception) -> bool:
+    """The run is held, not failed: its workflow holds runs whose own code raises (a bug a deploy can fix: any
+    exception but an activity's or child's failure, a wait that timed out, weft.ApplicationError...), and this is
+    such an exception (an API misused, a journal the code no longer matches, a result it cannot store included)."""
+    on_error = definition.on_error or weft_settings.WORKFLOW_ERRORS
+    if on_error != "hold":
+        return False
+    return not isinstance(exc, WeftError) or isinstance(exc, InvalidArgument | NonDeterminismError | PayloadError)
+
+
+def _hold(claim: transitions.Claim, exc: Exception) -> str:
+    run = claim.run
+    backoff = min(HOLD_FIRST_BACKOFF * 2 ** min(run.code_errors, 30),
+                  float(weft_settings.WORKFLOW_HOLD_MAX_BACKOFF))
+    now = clock.now()
+    retry_at = now + timedelta(seconds=backoff)
+    where = _raised_at(exc)
+    error = error_dict(exc)
+    reason = (f"held: the workflow's code raised {error['type']}: {error['message']}{where}; tried again at "
+              f"{retry_at.isoformat(timespec='seconds')} and when a process starts (a deploy)")
+    logger.error("run %s of %s held (on_error=\"hold\"): %s: %s%s", run.pk, run.workflow_type, error["type"],
+                 error["message"], where)
+    return HELD if transitions.hold(claim, now, retry_at=retry_at, reason=reason) else LOST
+
+
+def _raised_at(exc: BaseException) -> str:
+    """`` at file:line`` of the innermost frame of the traceback outside django_weft (the workflow's code)."""
+    frames = [frame for frame in traceback.extract_tb(exc.__traceback__)
+              if f"{os.sep}django_weft{os.sep}" not in frame.filename]
+    if not frames:
+        return ""
+    frame = frames[-1]
+    return f" at {os.path.basename(frame.filename)}:{frame.lineno} in {frame.name}"
+
+
+def _cancelled_error(claim: transitions.Claim) -> dict:
+    """Why the run was cancelled: the reason of its request (read again if the request came while it ran)."""
+    run = claim.run
+    if run.cancel_requested_at is None and claim.cancel_requested:
+        run.cancel_reason = Workflow.objects.filter(pk=run.pk).values_list("cancel_reason", flat=True).first() or ""
+    return transitions.cancel_error(run.cancel_reason)
 
 
 def _count_recovery(claim: transitions.Claim, progress: int) -> str | None:

@@ -83,6 +83,8 @@ class AttemptControl:
         self._unwritten: tuple[bytes | None] | None = None  # details not written yet, if any
         self._last_write = -float("inf")
         self._lock = threading.Lock()
+        # Begun inside ``ctx.cleanup()``: the run's cancel does not ask it to stop.
+        self.shielded = False
 
     def begin(self) -> None:
         """The attempt starts now (it may have queued for a free slot): its timeouts count from here."""
@@ -129,6 +131,8 @@ class AttemptControl:
     def raise_if_cancelled(self) -> None:
         if self._claim is not None and self._claim.lost:
             self.cancel("the run was cancelled, timed out or taken away from this executor")
+        if self._claim is not None and self._claim.cancel_requested and not self.shielded:
+            self.cancel("the run's cancel was requested")
         if self.past_deadline(time.monotonic()):
             self.cancel("the attempt passed its timeout")
         if self._stopped:

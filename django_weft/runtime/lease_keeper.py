@@ -9,11 +9,13 @@ import os
 import socket
 import threading
 import uuid
+import weakref
 from datetime import datetime, timedelta
 from functools import cache
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as package_version
 from types import TracebackType
+from typing import Any
 
 from django.db import close_old_connections, connections
 
@@ -91,6 +93,19 @@ class ExecutorRow:
             logger.exception("deleting this executor's heartbeat row failed; it expires on its own")
 
 
+# The keepers of this process: a cancel requested here reaches a run it executes at once (from another process,
+# at the next renewal).
+_live_keepers: weakref.WeakSet[LeaseKeeper] = weakref.WeakSet()
+
+
+def _cancel_requested_here(run_id: Any) -> None:
+    for keeper in list(_live_keepers):
+        keeper.mark_cancel_requested(run_id)
+
+
+transitions.on_cancel_requested(_cancel_requested_here)
+
+
 class LeaseKeeper:
     """A background thread that renews the leases of held runs every WEFT_HEARTBEAT_SECONDS, and refreshes
     the process's heartbeat row (``heartbeat``, if given) as often.
@@ -111,12 +126,20 @@ class LeaseKeeper:
 
     def __enter__(self) -> LeaseKeeper:
         self._thread.start()
+        _live_keepers.add(self)
         return self
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
+        _live_keepers.discard(self)
         self._done.set()
         self._thread.join()
+
+    def mark_cancel_requested(self, run_id: Any) -> None:
+        with self._lock:
+            for held in self._held:
+                if held.run.pk == run_id:
+                    held.cancel_requested = True
 
     def hold(self, claims: list[transitions.Claim]) -> None:
         with self._lock:

@@ -96,6 +96,12 @@ class WorkflowHandle:
         """The run's current status (read from the database on every access)."""
         return self.refresh().status
 
+    @property
+    def cancel_requested(self) -> bool:
+        """True once the run's cancel was requested (it stays true after it ended); while the run is still open,
+        its code is seeing weft.CancelledError and cleaning up (read from the database on every access)."""
+        return self.refresh().cancel_requested_at is not None
+
     def result(self, timeout: float | timedelta | None = None, poll_interval: float = 0.05) -> Any:
         """Wait for the run to finish and return its result.
 
@@ -179,7 +185,11 @@ class WorkflowHandle:
         return send(self.run_id, name, payload, update_id, waiting=_waiting)
 
     def cancel(self, reason: str = "") -> bool:
-        """Cancel this run (the chain's run, if it continued as new). Returns False if it had finished."""
+        """Request the cancel of this run (the chain's run, if it continued as new): the durable call its code
+        waits in (or its next one) raises weft.CancelledError and running activities are asked to stop; its code
+        may clean up in ``with ctx.cleanup():`` for its ``cleanup_timeout``, then it is terminated. Uncaught, the
+        run ends ``cancelled``. A run that has not started, or is suspended, is cancelled at once; a second cancel
+        changes nothing. Returns False if it had finished. ``terminate()`` is the hard stop."""
         return transitions.cancel(self._current_run_id(), clock.now(), _check_reason(reason))
 
     def terminate(self, reason: str = "") -> bool:
@@ -361,26 +371,6 @@ def _closed(run: Workflow, name: str) -> WorkflowClosed:
     )
 
 
-# A chain that continues as new quickly can move on while a caller waits for its run's lock: it follows.
-LOCK_CHAIN_ATTEMPTS = 10
-
-
-def lock_open_run(workflow_id: str) -> Workflow | None:
-    """The open run of ``workflow_id``, locked; None if it has none."""
-    runs = Workflow.objects.open().select_for_update()
-    run = runs.filter(workflow_id=workflow_id).first()
-    for _ in range(LOCK_CHAIN_ATTEMPTS):
-        if run is not None:
-            return run
-        # The open run may have just continued as new: this statement waited for its lock and then saw it
-        # closed; the next statement sees its successor, which is locked by its key.
-        latest = Workflow.objects.latest_for(workflow_id).only("status").first()
-        if latest is None or latest.is_finished:
-            return None
-        run = runs.filter(pk=latest.pk).first()
-    return run
-
-
 def signal(workflow_id: str, name: str, payload: Any = None, *, signal_id: str | None = None) -> bool:
     """Send signal ``name`` to the open run of ``workflow_id``; durable when this returns (or, inside a
     transaction, when it commits).
@@ -398,7 +388,7 @@ def _deliver_signal(workflow_id: str, name: str, data: bytes, signal_id: str | N
     if signal_id is None and signal_statement.deliver_in_one_statement(workflow_id, name, data, clock.now()):
         return True
     with transaction.atomic():
-        run = lock_open_run(workflow_id)
+        run = inbox.lock_open_run(workflow_id)
         if run is None:
             latest = Workflow.objects.latest_for(workflow_id).first()
             if latest is None:

@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from django_weft.common.registry import get_workflow
-from django_weft.exceptions import NonDeterminismError, WorkflowNotRegistered
+from django_weft.exceptions import CancelledError, NonDeterminismError, WorkflowNotRegistered
 from django_weft.models import Timer, Workflow, WorkflowStep
 from django_weft.runtime.context import Context
 from django_weft.runtime.errors import HistoryLimitReached, ReplayFrontier, StopExecution, Suspend
@@ -61,8 +61,8 @@ def replay_dry(run: Workflow, steps: Iterable[WorkflowStep],
     try:
         run_workflow_code(ctx, definition, run.input)
         ctx.assert_journal_consumed()
-    except (ReplayFrontier, Suspend, StopExecution):
-        pass  # reached where the run is now: everything before matched
+    except (ReplayFrontier, Suspend, StopExecution, CancelledError):
+        pass  # reached where the run is now (or the cancel it ended with): everything before matched
     except (Exception, HistoryLimitReached) as exc:
         stopped = exc
     finally:

@@ -21,9 +21,9 @@ from django_weft.services.client import (
     check_signal,
     check_terminal_conflict,
     delayed_until,
-    lock_open_run,
 )
 from django_weft.store import inbox, lock_retries, spent_keys, transitions
+from django_weft.store.inbox import lock_open_run
 from django_weft.store.starts import check_id, prepare_run
 
 

@@ -72,3 +72,23 @@ def fail_pending_updates(run: Workflow, now: datetime) -> int:
     for pk in pending:
         wakeups.update_settled(pk)
     return len(pending)
+
+
+# A chain that continues as new quickly can move on while a caller waits for its run's lock: it follows.
+LOCK_CHAIN_ATTEMPTS = 10
+
+
+def lock_open_run(workflow_id: str) -> Workflow | None:
+    """The open run of ``workflow_id``, locked (inside the caller's transaction); None if it has none."""
+    runs = Workflow.objects.open().select_for_update()
+    run = runs.filter(workflow_id=workflow_id).first()
+    for _ in range(LOCK_CHAIN_ATTEMPTS):
+        if run is not None:
+            return run
+        # The open run may have just continued as new: this statement waited for its lock and then saw it
+        # closed; the next statement sees its successor, which is locked by its key.
+        latest = Workflow.objects.latest_for(workflow_id).only("status").first()
+        if latest is None or latest.is_finished:
+            return None
+        run = runs.filter(pk=latest.pk).first()
+    return run

@@ -27,7 +27,7 @@ from django_weft.models import (
     WorkflowUpdate,
 )
 from django_weft.observability import events
-from django_weft.store import group_commit, search_rows, wakeups
+from django_weft.store import group_commit, inbox, search_rows, wakeups
 from django_weft.store.bound_cursor import Converter, bound_cursor, converter
 
 
@@ -96,6 +96,18 @@ class CancelChild:
 
 
 @dataclass
+class SendSignal:
+    """ctx.signal_workflow: the signal is stored for the other workflow's open run in the commit that records the
+    step, so it is sent exactly once (a run that closed in the meantime gets none, as for any late signal)."""
+
+    workflow_id: str
+    name: str
+    payload: bytes
+    signal_id: str
+    at: datetime
+
+
+@dataclass
 class ApplyUpdate:
     """An update the run applied: its reply (or error) and the position it ran at, for the caller."""
 
@@ -119,7 +131,7 @@ class SetSearchAttributes:
 
 
 JournalWrite = (InsertStep | UpdateStep | InsertAttempt | InsertTimer | FireTimer | ConsumeSignal | InsertChild
-                | InsertAsync | ResolveAsync | CancelChild | ApplyUpdate | SetSearchAttributes)
+                | InsertAsync | ResolveAsync | CancelChild | ApplyUpdate | SetSearchAttributes | SendSignal)
 
 
 def announce(run: Workflow, writes: Sequence[JournalWrite], *, committed: bool = False) -> None:
@@ -175,6 +187,10 @@ def apply(writes: Iterable[JournalWrite], children: Callable[[InsertChild | Canc
             AsyncActivity.objects.filter(pk=write.record_pk).update(
                 status=write.status, resolved_at=write.at, error=write.error
             )
+        elif isinstance(write, SendSignal):
+            target = inbox.lock_open_run(write.workflow_id)
+            if target is not None:
+                inbox.deliver_signal(target, write.name, write.payload, write.signal_id, write.at)
 
 
 def _announce_async(record: AsyncActivity) -> None:

@@ -49,8 +49,12 @@ def renew(claims: Iterable[Claim], now: datetime) -> None:
     rows = runs.filter(pk__in=[held.run.pk for held in live])
     with transaction.atomic(using=alias):
         locked = rows.select_for_update(skip_locked=True, no_key=features.has_select_for_no_key_update)
-        seen = {pk: (fence, status, owner) for pk, fence, status, owner
-                in locked.values_list("pk", "fence", "status", "lease_owner")}
+        seen, cancelled = {}, set()
+        for pk, fence, status, owner, cancel_at in locked.values_list("pk", "fence", "status", "lease_owner",
+                                                                      "cancel_requested_at"):
+            seen[pk] = (fence, status, owner)
+            if cancel_at is not None:
+                cancelled.add(pk)
         missing = [held.run.pk for held in live if held.run.pk not in seen]
         busy = set(rows.filter(pk__in=missing).values_list("pk", flat=True)) if missing else set()
         kept, waiting = [], []
@@ -59,6 +63,7 @@ def renew(claims: Iterable[Claim], now: datetime) -> None:
                 waiting.append(held)
             elif seen.get(held.run.pk) == (held.fence, S.RUNNING, held.owner):
                 kept.append(held)
+                held.cancel_requested = held.cancel_requested or held.run.pk in cancelled
             else:
                 held.lost = True  # taken over, ended, handed back, or gone
         if kept:
@@ -71,6 +76,11 @@ def renew(claims: Iterable[Claim], now: datetime) -> None:
 
 
 def _renew_each(runs: Any, claims: list[Claim], expiry: datetime) -> None:
+    if claims:  # tell each held run whose cancel was requested since its claim
+        cancelled = set(runs.filter(pk__in=[held.run.pk for held in claims], cancel_requested_at__isnull=False)
+                        .values_list("pk", flat=True))
+        for held in claims:
+            held.cancel_requested = held.cancel_requested or held.run.pk in cancelled
     for held in claims:
         # The owner check keeps a renewal racing a release() from re-leasing a run just handed back.
         if runs.filter(pk=held.run.pk, fence=held.fence, status=S.RUNNING, lease_owner=held.owner).update(

@@ -17,15 +17,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import transaction
+from django.db import router, transaction
 from django.db.models import Case, F, Value, When
 
 from django_weft import signals
+from django_weft.common.registry import get_workflow
 from django_weft.conf import weft_settings
-from django_weft.exceptions import FencingError, TransitionNotAllowed, WorkflowNotFound
+from django_weft.exceptions import FencingError, TransitionNotAllowed, WorkflowNotFound, WorkflowNotRegistered
 from django_weft.models import (
     AsyncActivity,
     AsyncStatus,
@@ -71,6 +72,7 @@ PARENT_CLOSED = "parent_closed"  # its parent closed (or continued as new): pare
 RACE_LOST = "race_lost"  # its branch of its parent's ctx.race lost
 PARENT_CANCEL_REQUESTED = "parent_cancel_requested"  # a cancel by its parent, taken up when it next parks
 EXECUTION_TIMEOUT = "execution_timeout"
+CLEANUP_TIMEOUT = "cleanup_timeout"  # a cancelled run's cleanup ran past its cleanup_timeout: terminated
 SCHEDULE_OVERLAP = "schedule_overlap"  # its schedule's overlap policy cancel_other started the next run
 
 
@@ -133,6 +135,8 @@ class Claim:
     # updates, so closing it must fail those it did not apply.
     has_dependents: bool = False
     lost: bool = False
+    # Its cancel was requested (when claimed, or since: the lease keeper's renewal reads it).
+    cancel_requested: bool = False
     # First claim ever (started_at was unset): the run has no journal to read yet.
     fresh: bool = False
     # Writes folded into the run's next fenced commit (a fired timer, a step result), costing no commit.
@@ -150,7 +154,8 @@ def claim(owner: str, now: datetime, limit: int, *, run_id: Any = None) -> list[
     if claimed is None:
         claimed = claim_statement.claim_with_the_orm(owner, now, limit, run_id, lease)
     return [Claim(run=row, fence=row.fence, owner=owner, previous_status=previous, previous_owner=previous_owner,
-                  fresh=fresh, inbox_seen=row.inbox_seq, lease_until=lease)
+                  fresh=fresh, inbox_seen=row.inbox_seq, lease_until=lease,
+                  cancel_requested=row.cancel_requested_at is not None)
             for row, previous, previous_owner, fresh in claimed]
 
 
@@ -231,13 +236,6 @@ def park(claim: Claim, now: datetime, *, wake_at: datetime | None, reason: str,
             # Woken while it replayed. A loop's executor claims again at once and finds it; a Celery task
             # has ended, so another is sent.
             wakeups.runnable(claim.run.pk, now, now)
-        if claim.run.parent_id is not None and Workflow.objects.filter(
-            pk=claim.run.pk, cancel_requested_at__isnull=False
-        ).exists():
-            # The parent asked for a cancel while this child was executing: it takes effect now.
-            child = locked_run(claim.run.pk)
-            close_from_outside(child, S.CANCELLED, now, _cancel_error("cancel requested by the parent run"),
-                   termination_reason=child.termination_reason or PARENT_CANCEL_REQUESTED)
 
 
 @lock_retries.retrying_held("finish")
@@ -265,12 +263,14 @@ def continue_as_new(claim: Claim, now: datetime, following: Workflow) -> None:
         _lock_owners(run.schedule_id, run.parent_id)
         _fenced_write(claim, now, status=S.CONTINUED, runnable_at=None, lease_owner="", wait_reason="",
                       finished_at=now, awaiting_signals=[])
-        inbox_seq, cancel_requested_at, cancel_reason, deadline = Workflow.objects.filter(pk=run.pk).values_list(
-            "inbox_seq", "cancel_requested_at", "termination_reason", "execution_deadline").get()
+        inbox_seq, cancel_requested_at, cancel_reason, deadline, cancel_text = Workflow.objects.filter(
+            pk=run.pk).values_list("inbox_seq", "cancel_requested_at", "termination_reason", "execution_deadline",
+                                   "cancel_reason").get()
         following.inbox_seq = inbox_seq
-        # A parent's cancel request that reached the run while it executed (and why it was made), and its
-        # execution deadline, hold for the chain.
+        # A cancel request that reached the run while it executed (and why it was made), and its execution
+        # deadline, hold for the chain.
         following.cancel_requested_at = cancel_requested_at
+        following.cancel_reason = cancel_text
         following.execution_deadline = deadline
         if cancel_reason:
             following.termination_reason = cancel_reason
@@ -316,6 +316,25 @@ def release(claim: Claim, now: datetime, *, retry_at: datetime | None = None, re
     return True
 
 
+def hold(claim: Claim, now: datetime, *, retry_at: datetime, reason: str) -> bool:
+    """The run's code raised and its workflow holds such runs (on_error="hold"): give it back, to be tried again at
+    ``retry_at`` (or when a process starts: wake_held_runs), counting the hold. False if it was taken."""
+    try:
+        _fenced_write(claim, now, runnable_at=retry_at, lease_owner="", wait_reason=reason[:255],
+                      code_errors=F("code_errors") + 1)
+    except FencingError:
+        return False
+    wakeups.runnable(claim.run.pk, retry_at, now)
+    return True
+
+
+def wake_held_runs(now: datetime) -> int:
+    """A process starts (perhaps with a deploy that fixes their code): runs held because their code raised are
+    tried again now. Returns how many."""
+    return Workflow.objects.filter(status=S.RUNNING, lease_owner="", code_errors__gt=0, runnable_at__gt=now).update(
+        runnable_at=now, updated_at=now)
+
+
 # --- external transitions ----------------------------------------------------------------------------
 
 
@@ -343,7 +362,8 @@ def locked_with_owners(run_id: Any) -> Workflow:
     return locked_run(run_id)
 
 
-def _cancel_error(reason: str) -> dict:
+def cancel_error(reason: str) -> dict:
+    """The error of a cancelled run (``reason``: why its cancel was requested)."""
     return {"type": "Cancelled", "message": reason or "cancelled"}
 
 
@@ -379,10 +399,10 @@ def _close_children(run: Workflow, now: datetime, reason: str) -> None:
     children = Workflow.objects.open().filter(parent=run).exclude(parent_close_policy=ParentClosePolicy.ABANDON)
     for child in children.select_for_update().order_by("pk"):
         if child.parent_close_policy == ParentClosePolicy.TERMINATE:
-            close_from_outside(child, S.CANCELLED, now, _cancel_error(f"terminated: {reason}"),
+            close_from_outside(child, S.CANCELLED, now, cancel_error(f"terminated: {reason}"),
                                termination_reason=PARENT_CLOSED)
         else:
-            _request_cancel(child, now, reason, PARENT_CLOSED)
+            _request_cancel(child, now, f"cancel requested: {reason}", PARENT_CLOSED)
 
 
 def cancel_child(run_id: Any, now: datetime, reason: str, policy: str, termination_reason: str = RACE_LOST) -> None:
@@ -393,23 +413,56 @@ def cancel_child(run_id: Any, now: datetime, reason: str, policy: str, terminati
     if child is None or child.is_finished:
         return
     if policy == ParentClosePolicy.TERMINATE:
-        close_from_outside(child, S.CANCELLED, now, _cancel_error(f"terminated: {reason}"),
+        close_from_outside(child, S.CANCELLED, now, cancel_error(f"terminated: {reason}"),
                            termination_reason=termination_reason)
     else:
-        _request_cancel(child, now, reason, termination_reason)
+        _request_cancel(child, now, f"cancel requested: {reason}", termination_reason)
 
 
 def _request_cancel(run: Workflow, now: datetime, reason: str, termination_reason: str) -> None:
-    """Cancel ``run`` (locked) unless an executor is in the middle of it; then it is cancelled when it
-    next parks or is claimed, after the steps it is running commit. Until then its termination_reason
-    says why it will be."""
-    if run.status == S.RUNNING:
-        Workflow.objects.filter(pk=run.pk).update(cancel_requested_at=now, termination_reason=termination_reason,
-                                                  updated_at=now)
-        run.cancel_requested_at, run.termination_reason = now, termination_reason
-    else:
-        close_from_outside(run, S.CANCELLED, now, _cancel_error(f"cancel requested: {reason}"),
-               termination_reason=termination_reason)
+    """Request the cancel of ``run`` (locked): its code sees weft.CancelledError where it waits (or at its next
+    durable call) and may clean up until the request + its cleanup_timeout, after which it is terminated. A run
+    whose code has not run yet (pending, never started) or is paused by an operator (suspended) has nothing to
+    clean up and is cancelled at once. A second request changes nothing."""
+    if run.cancel_requested_at is not None:
+        return
+    if run.status == S.SUSPENDED or (run.status == S.PENDING and run.started_at is None):
+        close_from_outside(run, S.CANCELLED, now, cancel_error(reason), termination_reason=termination_reason)
+        return
+    deadline = now + timedelta(seconds=_cleanup_timeout(run))
+    if run.execution_deadline is not None:
+        deadline = min(deadline, run.execution_deadline)
+    Workflow.objects.filter(pk=run.pk).update(cancel_requested_at=now, cancel_reason=reason,
+                                              termination_reason=termination_reason, execution_deadline=deadline)
+    run.cancel_requested_at, run.cancel_reason, run.termination_reason = now, reason, termination_reason
+    run.execution_deadline = deadline
+    # Wakes it if it waits; an executor holding it finds the inbox moved when it parks, and its lease keeper
+    # tells the running code (at once in this process, after the commit; elsewhere at its next renewal).
+    inbox.record_event(run, now, wakes=True)
+    if run.status == S.RUNNING and _cancel_requested_hooks:
+        run_id = run.pk
+        transaction.on_commit(lambda: [hook(run_id) for hook in _cancel_requested_hooks],
+                              using=router.db_for_write(Workflow))
+    if run.status == S.WAITING:
+        Workflow.objects.filter(pk=run.pk).update(runnable_at=now)
+
+
+# Told (after the commit) of a cancel requested for a run some executor holds: runtime.lease_keeper registers
+# the hook that marks the claims this process holds (the state writer never imports the runtime).
+_cancel_requested_hooks: list[Callable[[Any], None]] = []
+
+
+def on_cancel_requested(hook: Callable[[Any], None]) -> None:
+    if hook not in _cancel_requested_hooks:
+        _cancel_requested_hooks.append(hook)
+
+
+def _cleanup_timeout(run: Workflow) -> float:
+    try:
+        seconds = get_workflow(run.workflow_type, version=run.version).cleanup_timeout
+    except WorkflowNotRegistered:
+        seconds = None
+    return float(weft_settings.CLEANUP_TIMEOUT) if seconds is None else seconds
 
 
 def check_transition(run: Workflow, target: str) -> None:
@@ -437,12 +490,12 @@ def close_from_outside(run: Workflow, status: str, now: datetime, error: dict, *
 
 @lock_retries.retrying("cancel")
 def cancel(run_id: Any, now: datetime, reason: str = "", *, termination_reason: str = CANCEL_REQUESTED) -> bool:
-    """Cancel a run wherever it is; an executor holding it loses it. False if it had already finished."""
+    """Request the cancel of a run (see _request_cancel). False if it had already finished."""
     with transaction.atomic():
         run = locked_with_owners(run_id)
         if run.is_finished:
             return False
-        close_from_outside(run, S.CANCELLED, now, _cancel_error(reason), termination_reason=termination_reason)
+        _request_cancel(run, now, reason, termination_reason)
     return True
 
 
@@ -452,6 +505,15 @@ def time_out(run_id: Any, now: datetime) -> bool:
         run = locked_with_owners(run_id)
         if run.is_finished or run.execution_deadline is None or run.execution_deadline > now:
             return False
+        if run.cancel_requested_at is not None:  # a cancelled run's cleanup took too long
+            close_from_outside(run, S.TIMED_OUT, now, {
+                "type": "Terminated",
+                "message": "terminated: the cleanup after the cancel requested at "
+                           f"{run.cancel_requested_at.isoformat()} ran past its cleanup_timeout "
+                           f"({run.execution_deadline.isoformat()})",
+                "reason": run.cancel_reason,
+            }, termination_reason=CLEANUP_TIMEOUT, category=FailureCategory.CANCELLATION)
+            return True
         close_from_outside(run, S.TIMED_OUT, now, {
             "type": "TimedOut",
             "message": f"execution timeout reached at {run.execution_deadline.isoformat()}",

@@ -158,6 +158,22 @@ def cancel_own_run(key: str) -> str:
     return "finished after cancel"
 
 
+@weft.activity
+def terminate_own_run(key: str) -> str:
+    """Terminates the run that is executing it, as an operator would from the admin mid-step."""
+    mark(key)
+    weft.terminate(key, reason="operator terminated mid-step")
+    return "finished after terminate"
+
+
+@weft.workflow(name="test.terminated_mid_step")
+def terminated_mid_step(ctx: weft.Context, key: str) -> str:
+    ctx.run(record, key + ":first")
+    ctx.run(terminate_own_run, key)
+    ctx.run(record, key + ":never")
+    return "unreachable"
+
+
 @weft.workflow(name="test.cancelled_mid_step")
 def cancelled_mid_step(ctx: weft.Context, key: str) -> str:
     ctx.run(record, key + ":first")

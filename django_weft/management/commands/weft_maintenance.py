@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
+from django.db import DatabaseError
 
 from django_weft.common import clock
 from django_weft.conf import weft_settings
@@ -17,6 +18,7 @@ from django_weft.observability import events
 from django_weft.observability.access import is_loopback
 from django_weft.services.maintenance import maintenance_pass, run_maintenance
 from django_weft.services.schedules import sync_schedules
+from django_weft.store import transitions
 from django_weft.worker.celery_beat import install_beat
 from django_weft.worker.loop import Worker
 
@@ -58,6 +60,8 @@ class Command(BaseCommand):
             raise CommandError("--workers must be at least 1")
         if interval is not None and interval <= 0:
             raise CommandError("--interval must be positive")
+        if not no_execute:
+            self.wake_held_runs()
         if once:
             if no_execute:
                 now = clock.now()
@@ -91,6 +95,18 @@ class Command(BaseCommand):
             if server is not None:
                 server.shutdown()
         self.stdout.write(f"weft_maintenance: stopped ({dict(worker.outcomes)})")
+
+    def wake_held_runs(self) -> None:
+        """This process may run newly deployed code: runs held because their code raised are tried again now."""
+        try:
+            woken = transitions.wake_held_runs(clock.now())
+        except DatabaseError as exc:
+            self.stderr.write(f"weft_maintenance: waking the runs held for their code's errors failed ({exc}); "
+                              "their backoff wakes them")
+            return
+        if woken:
+            self.stdout.write(f"weft_maintenance: woke {woken} run(s) held because their code raised "
+                              "(on_error=\"hold\")")
 
     def serve_metrics(self, port: int, addr: str) -> Any:
         metrics = events.metrics()

@@ -6,5 +6,8 @@
 * ``signals``: ``ctx.wait_for_signal``;
 * ``children``: ``ctx.start_child``, ``ctx.wait_child``, ``ctx.run_child``;
 * ``values``: ``ctx.now``, ``ctx.uuid4``, ``ctx.random``, ``ctx.side_effect``;
-* ``attributes``: ``ctx.set_search_attributes``.
+* ``attributes``: ``ctx.set_search_attributes``;
+* ``outgoing``: ``ctx.signal_workflow``; ``info``: ``ctx.info``;
+* ``saga``: ``ctx.saga()``, compensations run in reverse order; ``core`` also holds cancellation
+  (``ctx.cleanup()``, ``ctx.cancel_requested``).
 """

@@ -9,13 +9,13 @@ import contextvars
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar, overload
 
 from django.db import connections
 
 from django_weft.common import clock
 from django_weft.common.codec import decode, encode
-from django_weft.exceptions import ActivityTimeout, PayloadError
+from django_weft.exceptions import ActivityCancelled, ActivityTimeout, PayloadError
 from django_weft.models import AttemptOutcome, StepKind, StepStatus, TimerPurpose
 from django_weft.observability import events
 from django_weft.runtime.activities import (
@@ -41,9 +41,14 @@ R = TypeVar("R")
 class ActivityOps(Branches):
     """The replay context's activities (mixed into runtime.context.Context)."""
 
+    @overload
+    def run(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R: ...
+    @overload
+    def run(self, fn: str, *args: Any, **kwargs: Any) -> Any: ...
+
     @durable
-    def run(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
-        """Run an activity as a journaled step and return its result.
+    def run(self, fn: Callable[..., Any] | str, *args: Any, **kwargs: Any) -> Any:
+        """Run an activity (a function, or a registered activity's name) as a journaled step and return its result.
 
         A recorded result is returned without calling ``fn`` again. Failures are retried by the
         activity's :class:`RetryPolicy` with durable backoff; when it gives up, :class:`ActivityError`
@@ -97,6 +102,8 @@ class ActivityOps(Branches):
             early = self._token_used_first(seq, attempt)
             if early is not None:
                 return self._apply_resolution(seq, step, definition, attempt, started, early)
+            if isinstance(exc, ActivityCancelled) and self._cancel_due():
+                raise self._deliver_cancel(seq, StepKind.ACTIVITY, definition.name, step) from exc
             retryable = not isinstance(exc, PayloadError) and definition.retry.should_retry(attempt, exc)
             return self._attempt_failed(seq, step, definition, attempt, started, error_dict(exc, attempt=attempt),
                                         retryable=retryable, cause=exc, began=began)
@@ -114,6 +121,7 @@ class ActivityOps(Branches):
     def _invoke(self, definition: ActivityDefinition, seq: int, attempt: int, args: tuple, kwargs: dict) -> Any:
         control = AttemptControl(self._claim, self.run_id, seq, attempt, timeout=definition.timeout,
                                  heartbeat_timeout=definition.heartbeat_timeout)
+        control.shielded = self._cleanup_depth > 0
         info = ActivityInfo(workflow_id=self.workflow_id, run_id=self.run_id, seq=seq, attempt=attempt,
                             activity=definition.name, generation=self._claim.run.retries, control=control)
         self._last_info = info
@@ -156,6 +164,8 @@ class ActivityOps(Branches):
             if self._claim.lost:
                 control.cancel("the run was taken away from this executor")
                 raise StopExecution(release=False)
+            if self._claim.cancel_requested and not control.shielded:
+                control.cancel("the run's cancel was requested")  # it ends at its next heartbeat
         outcome = future.result()
         if outcome.completes_async:
             raise CompleteAsync()

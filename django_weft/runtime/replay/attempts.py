@@ -102,8 +102,9 @@ class AttemptOps(ReplayCore):
         message = str(error.get("message"))
         if len(message) > LOGGED_MESSAGE_CHARS:
             message = message[:LOGGED_MESSAGE_CHARS] + "..."
-        logger.warning("run %s of %s: activity %s attempt %d of %d failed: %s: %s; %s", self.run_id,
-                       self._claim.run.workflow_type, definition.name, attempt, definition.retry.max_attempts,
+        limit = definition.retry.max_attempts
+        logger.warning("run %s of %s: activity %s attempt %d of %s failed: %s: %s; %s", self.run_id,
+                       self._claim.run.workflow_type, definition.name, attempt, "unlimited" if limit is None else limit,
                        error.get("type"), message, then)
 
     @staticmethod

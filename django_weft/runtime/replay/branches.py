@@ -39,25 +39,27 @@ class Branches(AsyncActivityOps, Signals):
     """The replay context's parallel branches (mixed into runtime.context.Context)."""
 
     @overload
+    def start_activity(self, fn: str, *args: Any, **kwargs: Any) -> Pending[Any]: ...
+    @overload
     def start_activity(self, fn: Callable[P, Coroutine[Any, Any, R]], *args: P.args,
                        **kwargs: P.kwargs) -> Pending[R]: ...
     @overload
     def start_activity(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> Pending[R]: ...
 
     @durable
-    def start_activity(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Pending[Any]:
+    def start_activity(self, fn: Callable[..., Any] | str, *args: Any, **kwargs: Any) -> Pending[Any]:
         """Start an activity without waiting for it; it runs beside the workflow code in the run's attempt
         pool (WEFT_MAX_PARALLEL_ACTIVITIES at once). Retries, timeouts and async completion work as for
         ``ctx.run``; ``pending.result()`` (or ``ctx.gather``) waits for it."""
         definition = definition_of(fn)
-        seq, step = self._next(StepKind.ACTIVITY, definition.name)
+        seq, step = self._next(StepKind.ACTIVITY, definition.name, branch=True)
         return self._started(ActivityBranch(self, seq, step, definition, args, kwargs))
 
     @durable
     def start_timer(self, duration: float | int | timedelta) -> Pending[None]:
         """A durable timer as a branch: it settles (with None) once ``duration`` has passed."""
         seconds = to_seconds(duration, "ctx.start_timer duration", allow_zero=True)
-        seq, step = self._next(StepKind.SLEEP, "sleep")
+        seq, step = self._next(StepKind.SLEEP, "sleep", branch=True)
         if step is None:
             self._before_new_work(side_effects=False)
         return self._started(TimerBranch(self, seq, step, clock.now() + timedelta(seconds=seconds)))
@@ -67,7 +69,7 @@ class Branches(AsyncActivityOps, Signals):
         """A wait for a signal as a branch: it consumes the signal only when it settles (a branch that lost
         a race consumes nothing). For a list of names it settles with ``(name, payload)``."""
         names, several = self._signal_names(name_or_names, "start_wait_for_signal")
-        seq, step = self._next(StepKind.SIGNAL, "|".join(names))
+        seq, step = self._next(StepKind.SIGNAL, "|".join(names), branch=True)
         return self._started(SignalBranch(self, seq, step, names, several))
 
     @durable
@@ -167,10 +169,19 @@ class Branches(AsyncActivityOps, Signals):
         self._refuse_in_handler("a wait for branches")
         for branch in branches:
             branch.awaited = True  # ``done`` may say it settled from now on (replay-stable: waits replay too)
+        if any(branch.cancelled_with_run for branch in branches):
+            self._cancel_delivered = True  # the cancel was delivered in this wait
+            raise self._cancelled()
         remaining = [branch for branch in branches if not branch.settled]
         if first and len(remaining) < len(branches):
             return
         while remaining:
+            if self._cancel_due():
+                exc = self._cancelled()
+                self._cancel_branches()
+                self._commit_deferred()
+                self._cancel_delivered = True
+                raise exc
             now = clock.now()
             unsettled = []
             for branch in remaining:
@@ -211,6 +222,16 @@ class Branches(AsyncActivityOps, Signals):
         else:
             reason = f"waiting for {len(unsettled)} branches: " + "; ".join(b.reason() for b in unsettled)
         self._park(wake_at=min(wakes, default=None), reason=reason, awaiting_signals=names)
+
+    def _cancel_branches(self) -> None:
+        """The run's cancel is delivered: every branch still open is cancelled (attempts asked to stop, timers
+        dropped, children's cancel requested) and waiting for it raises weft.CancelledError."""
+        reason = self._cancel_reason()
+        for branch in self._open_branches:
+            if not branch.settled:
+                branch.cancel(f"the run's cancel was requested: {reason}" if reason else
+                              "the run's cancel was requested", with_run=True)
+        self._open_branches = []
 
     def _attempt_pool(self) -> AttemptPool:
         if self._pool is None:

@@ -93,10 +93,10 @@ class ChildHandle(Pending[Any]):
     def reason(self) -> str:
         return f"waiting for child {self.workflow_id}"
 
-    def cancel(self, reason: str) -> None:
+    def cancel(self, reason: str, *, with_run: bool = False) -> None:
         if self._policy != ParentClosePolicy.ABANDON:
             self._ctx._defer(journal.CancelChild(self.run_id, clock.now(), reason, self._policy))
-        super().cancel(reason)
+        super().cancel(reason, with_run=with_run)
 
 
 def _child_failed(child: ChildHandle, error: dict, category: str) -> ChildWorkflowFailed:

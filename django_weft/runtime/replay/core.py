@@ -4,10 +4,11 @@ and the fenced writes (commit, park, fold into the next commit) every operation 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from typing import Any, NoReturn, ParamSpec, TypeVar
 
@@ -17,8 +18,18 @@ from django_weft.common import clock
 from django_weft.common.codec import decode
 from django_weft.common.registry import WorkflowDefinition
 from django_weft.conf import weft_settings
-from django_weft.exceptions import FencingError, InvalidArgument, NonDeterminismError
-from django_weft.models import RunStatus, StepKind, Timer, WorkflowStep
+from django_weft.exceptions import CancelledError, FencingError, InvalidArgument, NonDeterminismError
+from django_weft.models import (
+    AsyncActivity,
+    AsyncStatus,
+    FailureCategory,
+    RunStatus,
+    StepKind,
+    StepStatus,
+    Timer,
+    Workflow,
+    WorkflowStep,
+)
 from django_weft.models.instances import new_instance
 from django_weft.runtime.activities import ActivityInfo
 from django_weft.runtime.attempt_pool import AttemptPool
@@ -53,6 +64,8 @@ def durable(operation: Callable[P, R]) -> Callable[P, R]:
         core: ReplayCore = owner if isinstance(owner, ReplayCore) else owner._ctx  # type: ignore[attr-defined]
         if core._exiting is not None:
             raise core._exiting
+        if core._cancel_delivered and not core._cleanup_depth:
+            raise core._cancelled()  # once delivered, every durable call outside ctx.cleanup() raises it again
         try:
             return operation(*args, **kwargs)
         except EngineExit as exit:
@@ -109,6 +122,10 @@ class ReplayCore:
         # this execution records something new, an attempt it begins may repeat one that executor had begun:
         # that one counts as lost (runtime.replay.attempts). Cleared by the first new write.
         self._taken_over_from = claim.previous_owner if claim.previous_status == RunStatus.RUNNING else ""
+        # Cancellation (design 9.2): delivered once, at the first durable call that would wait or do new work
+        # after the request; from then on durable calls raise it again, except inside ``with ctx.cleanup():``.
+        self._cancel_delivered = False
+        self._cleanup_depth = 0
 
     @property
     def workflow_id(self) -> str:
@@ -131,7 +148,65 @@ class ReplayCore:
         once and ``ctx.logger`` is silent; the same block runs for real when the workflow really ends."""
         return self._exiting is not None
 
-    def _next(self, kind: str, name: str) -> tuple[int, WorkflowStep | None]:
+    @property
+    def cancel_requested(self) -> bool:
+        """True once the run's cancel was requested (its code sees, or has seen, weft.CancelledError)."""
+        return self._claim.cancel_requested or self._claim.run.cancel_requested_at is not None
+
+    @contextlib.contextmanager
+    def cleanup(self) -> Iterator[None]:
+        """``with ctx.cleanup():`` durable calls run again in a cancelled run (to compensate, release, notify),
+        bounded by the workflow's ``cleanup_timeout`` counted from the cancel request, after which the run is
+        terminated. Outside a cancelled run it changes nothing."""
+        self._cleanup_depth += 1
+        try:
+            yield
+        finally:
+            self._cleanup_depth -= 1
+
+    def _cancel_reason(self) -> str:
+        run = self._claim.run
+        if run.cancel_requested_at is None and self._claim.cancel_requested:  # requested while this execution ran
+            run.cancel_reason = Workflow.objects.filter(pk=run.pk).values_list("cancel_reason", flat=True).first() or ""
+            run.cancel_requested_at = clock.now()
+        return run.cancel_reason
+
+    def _cancelled(self) -> CancelledError:
+        reason = self._cancel_reason()
+        return CancelledError(f"the run's cancel was requested: {reason}" if reason else
+                              "the run's cancel was requested", reason=reason)
+
+    def _cancel_due(self) -> bool:
+        """The cancel must be delivered at the call being made (a dry replay only follows the journal)."""
+        return not self._cleanup_depth and not self._dry and self.cancel_requested
+
+    def _deliver_cancel(self, seq: int, kind: str, name: str, step: WorkflowStep | None) -> CancelledError:
+        """The call at ``seq`` raises the cancel: its row says so (replays raise it there again), a timer it waited
+        on is dropped, the branches still open are cancelled."""
+        exc = self._cancelled()
+        now = clock.now()
+        self._cancel_branches()
+        timer = self._timers.pop(seq, None)
+        if timer is not None:
+            self._defer(journal.FireTimer(timer.pk, now))
+        if step is not None and kind == StepKind.ACTIVITY:  # an async attempt's token dies with the wait
+            for pk in AsyncActivity.objects.filter(run_id=self.run_id, seq=seq, status=AsyncStatus.PENDING
+                                                   ).values_list("pk", flat=True):
+                self._defer(journal.ResolveAsync(pk, AsyncStatus.CANCELLED, now))
+        self._defer(self._record(self._step(
+            seq, kind, name, StepStatus.CANCELLED, attempt=step.attempt if step else 1,
+            error={"type": "CancelledError", "message": str(exc), "delivered": True},
+            started=step.started_at if step else now, finished=now, failure_category=FailureCategory.CANCELLATION,
+        ), step))
+        self._cancel_delivered = True
+        return exc
+
+    def _cancel_branches(self) -> None:
+        """Overridden where branches live (runtime.replay.branches)."""
+
+    def _next(self, kind: str, name: str, *, branch: bool = False) -> tuple[int, WorkflowStep | None]:
+        """The next position and its journal row. A cancel not delivered yet is delivered here if the call would
+        wait or do new work (a ``branch`` started before the cancel is rebuilt: the wait for it raises)."""
         self._refuse_in_handler(f"{kind} {name!r}")
         self._seq += 1
         seq = self._seq
@@ -146,8 +221,13 @@ class ReplayCore:
                 f"calls in the same order on every replay{hint}",
                 seq=seq, recorded=f"{step.kind} {step.name!r}", requested=f"{kind} {name!r}",
             )
+        if step is not None and step.status == StepStatus.CANCELLED and (step.error or {}).get("delivered"):
+            self._cancel_delivered = True  # the cancel was delivered here
+            raise self._cancelled()
         if step is None and seq > self._max_history:
             raise HistoryLimitReached(seq, self._max_history)
+        if (step is None or (step.status == StepStatus.WAITING and not branch)) and self._cancel_due():
+            raise self._deliver_cancel(seq, kind, name, step)
         self._between_operations(step)
         return seq, step
 

@@ -16,7 +16,14 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from django_weft.common import clock
 from django_weft.common.codec import decode, encode
 from django_weft.common.tokens import make_task_token
-from django_weft.exceptions import ActivityTimeout, BranchCancelled, NonDeterminismError, PayloadError, WaitTimeout
+from django_weft.exceptions import (
+    ActivityTimeout,
+    BranchCancelled,
+    CancelledError,
+    NonDeterminismError,
+    PayloadError,
+    WaitTimeout,
+)
 from django_weft.models import (
     AsyncActivity,
     AsyncStatus,
@@ -75,6 +82,11 @@ class Pending(Generic[T]):
         return self._settled and self.awaited
 
     @property
+    def cancelled_with_run(self) -> bool:
+        """The branch was cancelled because its run's cancel was delivered: waiting for it raises CancelledError."""
+        return isinstance(self._error, CancelledError)
+
+    @property
     def settled(self) -> bool:
         """The engine's view: the branch has its outcome (recorded, or decided in this execution)."""
         return self._settled
@@ -121,12 +133,20 @@ class Pending(Generic[T]):
         """What the run waits for while it waits for this branch (its wait reason)."""
         return f"waiting for {self._kind} {self._name}"
 
-    def cancel(self, reason: str) -> None:
-        """The branch lost a race: stop it, record it as cancelled; nothing it produces is used."""
+    def cancel(self, reason: str, *, with_run: bool = False) -> None:
+        """The branch lost a race (``with_run``: its run was cancelled): stop it, record it as cancelled;
+        nothing it produces is used."""
         self.abandon(reason)
-        self._write_row(StepStatus.CANCELLED, error={"type": "BranchCancelled", "message": reason},
-                        failure_category=FailureCategory.CANCELLATION)
-        self._settle(error=BranchCancelled(f"step {self.seq} ({self._kind} {self._name!r}) was cancelled: {reason}"))
+        error, exc = self._cancellation(reason, with_run)
+        self._write_row(StepStatus.CANCELLED, error=error, failure_category=FailureCategory.CANCELLATION)
+        self._settle(error=exc)
+
+    def _cancellation(self, reason: str, with_run: bool) -> tuple[dict, BaseException]:
+        """The row's error and the exception waiting for the cancelled branch raises."""
+        if with_run:
+            return {"type": "CancelledError", "message": reason}, CancelledError(reason)
+        return ({"type": "BranchCancelled", "message": reason},
+                BranchCancelled(f"step {self.seq} ({self._kind} {self._name!r}) was cancelled: {reason}"))
 
     def abandon(self, reason: str) -> None:
         """The execution ends without waiting for the branch: stop what runs (no row is written)."""
@@ -139,7 +159,10 @@ class Pending(Generic[T]):
     def _settle_from_row(self, row: WorkflowStep) -> bool:
         """Settle from a recorded row that says how the branch ended; False if it is still waiting."""
         if row.status == StepStatus.CANCELLED:
-            self._settle(error=BranchCancelled(f"step {self.seq} ({self._kind} {self._name!r}) lost a race"))
+            if (row.error or {}).get("type") == "CancelledError":
+                self._settle(error=CancelledError((row.error or {}).get("message", "the run's cancel was requested")))
+            else:
+                self._settle(error=BranchCancelled(f"step {self.seq} ({self._kind} {self._name!r}) lost a race"))
             return True
         return False
 
@@ -190,6 +213,7 @@ class ActivityBranch(Pending[T]):
         # An attempt is due but has not begun: it begins when the code waits for the branch or makes its next
         # call with side effects, or when the run parks. A branch that loses a race before then never begins.
         self._due = False
+        self._shielded = ctx._cleanup_depth > 0  # started inside ctx.cleanup(): the run's cancel leaves it be
         if row is None:
             self._dispatch()
         elif row.status == StepStatus.COMPLETED:
@@ -234,6 +258,7 @@ class ActivityBranch(Pending[T]):
         definition = self.definition
         control = AttemptControl(ctx._claim, ctx.run_id, self.seq, self._attempt, timeout=definition.timeout,
                                  heartbeat_timeout=definition.heartbeat_timeout)
+        control.shielded = self._shielded
         self._info = ActivityInfo(workflow_id=ctx.workflow_id, run_id=ctx.run_id, seq=self.seq,
                                   attempt=self._attempt, activity=definition.name, generation=ctx._claim.run.retries,
                                   control=control)
@@ -416,18 +441,18 @@ class ActivityBranch(Pending[T]):
             self._info.control.cancel(reason)  # the pool waits for it to end before the execution does
         self._future = None
 
-    def cancel(self, reason: str) -> None:
+    def cancel(self, reason: str, *, with_run: bool = False) -> None:
         self._fire(self._retry_timer)
         self._fire(self._close_timer)
         self._retry_timer = self._close_timer = None
         self._async_wait = False
+        error, exc = self._cancellation(reason, with_run)
         if self._future is not None:
-            self._history(AttemptOutcome.CANCELLED, {"type": "BranchCancelled", "message": reason})
+            self._history(AttemptOutcome.CANCELLED, error)
         self.abandon(reason)
-        self._write_row(StepStatus.CANCELLED, attempt=self._attempt,
-                        error={"type": "BranchCancelled", "message": reason},
+        self._write_row(StepStatus.CANCELLED, attempt=self._attempt, error=error,
                         failure_category=FailureCategory.CANCELLATION)
-        self._settle(error=BranchCancelled(f"activity {self._name!r} (step {self.seq}) was cancelled: {reason}"))
+        self._settle(error=exc)
 
 
 class TimerBranch(Pending[None]):
@@ -464,9 +489,9 @@ class TimerBranch(Pending[None]):
     def reason(self) -> str:
         return f"sleeping until {self._fire_at.isoformat()}"
 
-    def cancel(self, reason: str) -> None:
+    def cancel(self, reason: str, *, with_run: bool = False) -> None:
         self._fire(self._timer)  # dropped: it wakes nothing any more
-        super().cancel(reason)
+        super().cancel(reason, with_run=with_run)
 
 
 class SignalBranch(Pending[Any]):
