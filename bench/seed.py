@@ -205,8 +205,8 @@ def _seed_postgresql(connection: Any, runs: int, steps: int, progress: Progress,
     ), ins AS (
         INSERT INTO {wf} (run_id, workflow_id, workflow_type, version, status, input, result, error, failure_category,
                           termination_reason, tags, search_attributes, runnable_at, wait_reason, lease_owner, fence,
-                          inbox_seq, retries, recoveries, recovery_mark, awaiting_signals, parent_close_policy,
-                          created_at, started_at, updated_at, finished_at)
+                          inbox_seq, retries, recoveries, recovery_mark, code_errors, cancel_reason,
+                          awaiting_signals, parent_close_policy, created_at, started_at, updated_at, finished_at)
         SELECT gen_random_uuid(), '{SEED_ID_PREFIX}' || i, workflow_type,
                CASE WHEN i::bigint * 3 < 2 * %(total)s THEN 1 ELSE 2 END, status,
                '\\x81a26964ce'::bytea || int4send(i::int),
@@ -223,7 +223,7 @@ def _seed_postgresql(connection: Any, runs: int, steps: int, progress: Progress,
                CASE WHEN status = 'waiting' THEN CASE WHEN mod(i, 2) = 0 THEN 'sleep' ELSE 'signal approve' END
                     ELSE '' END,
                CASE WHEN status = 'running' THEN 'bench-seed-worker' ELSE '' END,
-               CASE WHEN status = 'pending' THEN 0 ELSE 1 END, 0, 0, 0, 0,
+               CASE WHEN status = 'pending' THEN 0 ELSE 1 END, 0, 0, 0, 0, 0, '',
                CASE WHEN status = 'waiting' AND mod(i, 2) = 1 THEN '["approve"]'::jsonb ELSE '[]'::jsonb END,
                'terminate', created_at,
                CASE WHEN status = 'pending' THEN NULL ELSE created_at + interval '10 milliseconds' END,

@@ -61,7 +61,7 @@ def test_a_cancelled_run_compensates_in_reverse_order_once_and_ends_cancelled(we
     assert handle.status == RunStatus.WAITING and not handle.cancel_requested
     assert handle.cancel("customer asked") is True
     assert handle.cancel_requested and handle.status == RunStatus.WAITING  # a request: the code runs the cleanup
-    assert handle.cancel("again") is True, "a second cancel is harmless"
+    assert handle.cancel("again") is False, "a second cancel changes nothing: the first reason stands"
     weft_env.drive()
     run = handle.refresh()
     assert run.status == RunStatus.CANCELLED

@@ -257,14 +257,13 @@ def test_a_second_signal_exits_at_once(row_locks, maintenance, tmp_path, second_
     assert handle.status == RunStatus.RUNNING  # still leased: recovered when the lease expires
 
 
-# --- 6. cancel while an activity runs -------------------------------------------------------------------
+# --- 6. terminate or cancel while an activity runs ------------------------------------------------------
 
 
-def test_cancel_from_another_thread_refuses_the_late_step_commit(row_locks, tmp_path):
-    """An operator cancels a run while an executor thread is inside an activity: when the activity
-    returns, its commit is refused, the run stays cancelled and nothing more is recorded."""
+def _inside_an_activity(handle, key: str, tmp_path, act) -> list:
+    """Run maintenance in a thread; once it is inside the run's activity, ``act()``; then let the activity
+    return. The maintenance reports."""
     release = tmp_path / "release"
-    handle = weft.start("test.crash", crash_spec("cancel", release, max_wait=30))
     reports: list[weft.MaintenanceReport] = []
     errors: list[str] = []
 
@@ -279,25 +278,47 @@ def test_cancel_from_another_thread_refuses_the_late_step_commit(row_locks, tmp_
     thread = threading.Thread(target=executor, name="executor", daemon=True)
     thread.start()
     try:
-        wait_until(lambda: executions("cancel:start") == 1 or not thread.is_alive(),
+        wait_until(lambda: executions(f"{key}:start") == 1 or not thread.is_alive(),
                    "the executor thread to enter wait_for_file", 30, describe=lambda: "\n".join(errors))
         assert thread.is_alive(), f"executor thread ended early: {reports} {errors}"
-        assert handle.cancel("operator says stop") is True
+        act()
     finally:
         release.touch()
         thread.join(45)
     assert not thread.is_alive(), "executor thread still running 45s after the release"
     assert not errors, "\n".join(errors)
+    return reports
 
+
+def test_terminate_from_another_thread_refuses_the_late_step_commit(row_locks, tmp_path):
+    """An operator terminates a run while an executor thread is inside an activity: when the activity
+    returns, its commit is refused, the run stays terminated and nothing more is recorded."""
+    handle = weft.start("test.crash", crash_spec("term", tmp_path / "release", max_wait=30))
+    reports = _inside_an_activity(handle, "term", tmp_path, lambda: handle.terminate("operator says stop"))
     # The activity did finish, but its result was not recorded: the executor lost the run.
+    assert executions("term:end") == 1
+    run = handle.refresh()
+    assert (run.status, run.termination_reason) == (RunStatus.TIMED_OUT, "terminated"), (run.status, run.error)
+    assert run.runnable_at is None and run.lease_owner == ""
+    steps = journal(handle.run_id)
+    assert [(seq, status) for seq, _, _, status in steps] == [(1, "completed")], steps
+    assert reports[0].outcomes == {"lost": 1}, reports[0]
+
+
+def test_cancel_from_another_thread_lets_the_step_commit_and_the_next_call_raises(row_locks, tmp_path):
+    """An operator cancels a run while an executor thread is inside an activity (which never beats): when the
+    activity returns its step commits, and the run's next durable call raises the cancel."""
+    handle = weft.start("test.crash", crash_spec("cancel", tmp_path / "release", max_wait=30))
+    reports = _inside_an_activity(handle, "cancel", tmp_path, lambda: handle.cancel("operator says stop"))
     assert executions("cancel:end") == 1
     run = handle.refresh()
     assert run.status == RunStatus.CANCELLED, (run.status, run.error, reports)
     assert run.error["type"] == "Cancelled" and run.error["message"] == "operator says stop", run.error
     assert run.runnable_at is None and run.lease_owner == ""
     steps = journal(handle.run_id)
-    assert [(seq, status) for seq, _, _, status in steps] == [(1, "completed")], steps
-    assert reports[0].outcomes == {"lost": 1}, reports[0]
+    assert [(seq, status) for seq, _, _, status in steps] == [(1, "completed"), (2, "completed"),
+                                                               (3, "cancelled")], steps
+    assert reports[0].outcomes == {"cancelled": 1}, reports[0]
     with pytest.raises(weft.WorkflowCancelled):
         handle.result(timeout=0)
 
@@ -305,5 +326,5 @@ def test_cancel_from_another_thread_refuses_the_late_step_commit(row_locks, tmp_
     again = weft.run_maintenance()
     assert again.claimed == 0, again
     assert handle.status == RunStatus.CANCELLED
-    assert len(journal(handle.run_id)) == 1
+    assert len(journal(handle.run_id)) == 3
     assert executions("cancel:after") == 0

@@ -186,7 +186,8 @@ class ChangedOut(Schema):
     workflow_id: str
     run_id: uuid.UUID
     status: str
-    changed: bool = Field(description="False when the run had already ended.")
+    changed: bool = Field(description="False when nothing changed: the run had already ended (or, for a cancel, its "
+                                      "cancel was requested before).")
     cancel_requested: bool = Field(description="A cancel was requested: the run's code sees it and may clean up "
                                                "before the run ends cancelled.")
 

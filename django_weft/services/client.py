@@ -188,8 +188,9 @@ class WorkflowHandle:
         """Request the cancel of this run (the chain's run, if it continued as new): the durable call its code
         waits in (or its next one) raises weft.CancelledError and running activities are asked to stop; its code
         may clean up in ``with ctx.cleanup():`` for its ``cleanup_timeout``, then it is terminated. Uncaught, the
-        run ends ``cancelled``. A run that has not started, or is suspended, is cancelled at once; a second cancel
-        changes nothing. Returns False if it had finished. ``terminate()`` is the hard stop."""
+        run ends ``cancelled``. A run that has not started, or is suspended, is cancelled at once. Returns False if
+        nothing changed: the run had finished, or its cancel was requested before (the first reason stands).
+        ``terminate()`` is the hard stop."""
         return transitions.cancel(self._current_run_id(), clock.now(), _check_reason(reason))
 
     def terminate(self, reason: str = "") -> bool:
@@ -414,7 +415,8 @@ def get_handle(workflow_id: str, run_id: uuid.UUID | str | None = None) -> Workf
 
 
 def cancel(workflow_id: str, reason: str = "") -> bool:
-    """Cancel the open run of ``workflow_id``. Returns False if its latest run had already finished."""
+    """Request the cancel of the open run of ``workflow_id`` (see :meth:`WorkflowHandle.cancel`). Returns False if
+    nothing changed: its latest run had finished, or its cancel was requested before."""
     _check_reason(reason)
     return get_handle(workflow_id).cancel(reason)
 

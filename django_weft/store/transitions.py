@@ -490,10 +490,11 @@ def close_from_outside(run: Workflow, status: str, now: datetime, error: dict, *
 
 @lock_retries.retrying("cancel")
 def cancel(run_id: Any, now: datetime, reason: str = "", *, termination_reason: str = CANCEL_REQUESTED) -> bool:
-    """Request the cancel of a run (see _request_cancel). False if it had already finished."""
+    """Request the cancel of a run (see _request_cancel). False if nothing changed: it had finished, or its cancel
+    was requested before."""
     with transaction.atomic():
         run = locked_with_owners(run_id)
-        if run.is_finished:
+        if run.is_finished or run.cancel_requested_at is not None:
             return False
         _request_cancel(run, now, reason, termination_reason)
     return True

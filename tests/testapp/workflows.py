@@ -316,6 +316,7 @@ from . import (  # noqa: E402,F401
     attribute_workflows,
     branch_process_workflows,
     branch_workflows,
+    cancel_workflows,
     cleanup_workflows,
     evolving_edge_workflows,
     evolving_workflows,
