@@ -4,11 +4,14 @@ its cleanup_timeout, and a saga compensates in reverse order."""
 
 from __future__ import annotations
 
+import io
+import json
 import threading
 import time
 from datetime import timedelta
 
 import pytest
+from django.core.management import call_command
 from django.db import connections
 
 import django_weft as weft
@@ -262,3 +265,32 @@ def test_bad_cleanup_timeout_and_unknown_activity_names_are_refused():
         weft.run_maintenance()
         handle.result(timeout=5)
 
+
+
+@weft.workflow(name="cx.sleepy_cleanup", cleanup_timeout=timedelta(minutes=5))
+def sleepy_cleanup(ctx: weft.Context) -> None:
+    try:
+        ctx.wait_for_signal("never")
+    except weft.CancelledError:
+        with ctx.cleanup():
+            ctx.sleep(timedelta(minutes=1))
+        raise
+
+
+def test_the_admin_and_weft_runs_show_a_run_that_cleans_up(weft_env, admin_client):
+    handle = weft.start(sleepy_cleanup)
+    weft_env.drive()
+    handle.cancel("stop it")
+    weft_env.drive()
+    assert handle.status == RunStatus.WAITING and handle.cancel_requested
+    page = admin_client.get(f"/admin/django_weft/workflow/{handle.run_id}/change/").content.decode()
+    assert "cancel requested: cleaning up" in page
+    assert "cancel requested: cleaning up" in admin_client.get("/admin/django_weft/workflow/").content.decode()
+    out = io.StringIO()
+    call_command("weft_runs", "show", str(handle.run_id), "--json", stdout=out)
+    shown = json.loads(out.getvalue())["run"]
+    assert shown["cancel_reason"] == "stop it" and shown["cancel_requested_at"]
+    weft_env.advance(timedelta(minutes=1))
+    assert handle.status == RunStatus.CANCELLED
+    page = admin_client.get(f"/admin/django_weft/workflow/{handle.run_id}/change/").content.decode()
+    assert "cleaning up" not in page

@@ -396,7 +396,10 @@ class WorkflowAdmin(OperationsMixin, ReadOnlyMixin, admin.ModelAdmin):
 
     @admin.display(description=_("status"), ordering="status")
     def status_badge(self, run: Workflow) -> str:
-        return badge(run.status, run.get_status_display())
+        shown = badge(run.status, run.get_status_display())
+        if run.cancel_requested_at is not None and not run.is_finished:  # its code is cleaning up
+            return format_html("{} {}", shown, badge("cancelled", _("cancel requested: cleaning up")))
+        return shown
 
     @admin.display(description=_("history length"))
     def history_length(self, run: Workflow) -> str:

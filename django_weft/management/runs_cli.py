@@ -111,7 +111,8 @@ def detail(run: Workflow) -> dict[str, Any]:
             "restarted_from": run.restarted_from_id, "schedule": run.schedule_id,
             "idempotency_key": run.idempotency_key,
             "retries": run.retries, "started_at": run.started_at, "updated_at": run.updated_at,
-            "runnable_at": run.runnable_at, "execution_deadline": run.execution_deadline}
+            "runnable_at": run.runnable_at, "execution_deadline": run.execution_deadline,
+            "cancel_requested_at": run.cancel_requested_at, "cancel_reason": run.cancel_reason}
 
 
 def journal(run: Workflow) -> list[dict[str, Any]]:
