@@ -193,13 +193,19 @@ class QueryFailed(WeftError):
 
 
 class UpdateRejected(WeftError):
-    """The update was refused before anything was written: the run's code registers no handler of that name
-    (``registered`` lists the ones it does), or its validator raised (the ``__cause__``)."""
+    """The update was refused before anything was written: the run's code registers no update handler at all where
+    it is, or its validator raised (the ``__cause__``). (A name the code does not handle yet, while it handles
+    others, is held until the run's next wait: see UpdateNotHandled.)"""
 
     def __init__(self, message: str, *, name: str, registered: list[str] | None = None) -> None:
         super().__init__(message)
         self.name = name
         self.registered = registered or []
+
+
+class UpdateNotHandled(UpdateRejected):
+    """The update was accepted while the run's code had not registered its handler, and the run reached its next
+    wait still without it: it was not applied (``registered`` lists the handlers the code had there)."""
 
 
 class UpdateFailed(WeftError):

@@ -79,6 +79,9 @@ def test_a_cancelled_run_compensates_in_reverse_order_once_and_ends_cancelled(we
     weft_env.advance(timedelta(days=4))
     assert len(done) == 4, "nothing runs after the run ended"
     assert handle.cancel() is False
+    out = io.StringIO()
+    call_command("weft_replay_check", "--type", "cx.reserve", "--since", "2000-01-01", stdout=out)
+    assert "1 run(s) replayed" in out.getvalue() and "0 would fail" in out.getvalue(), out.getvalue()
 
 
 def test_a_run_that_is_not_cancelled_completes_without_compensating(weft_env):
@@ -269,6 +272,7 @@ def test_bad_cleanup_timeout_and_unknown_activity_names_are_refused():
 
 @weft.workflow(name="cx.sleepy_cleanup", cleanup_timeout=timedelta(minutes=5))
 def sleepy_cleanup(ctx: weft.Context) -> None:
+    ctx.set_query_handler("cleaning", lambda: ctx.cancel_requested)
     try:
         ctx.wait_for_signal("never")
     except weft.CancelledError:
@@ -290,6 +294,10 @@ def test_the_admin_and_weft_runs_show_a_run_that_cleans_up(weft_env, admin_clien
     call_command("weft_runs", "show", str(handle.run_id), "--json", stdout=out)
     shown = json.loads(out.getvalue())["run"]
     assert shown["cancel_reason"] == "stop it" and shown["cancel_requested_at"]
+    assert handle.query("cleaning") is True, "a query replays the run to its cleanup"
+    out = io.StringIO()
+    call_command("weft_replay_check", "--type", "cx.sleepy_cleanup", stdout=out)
+    assert "1 run(s) replayed" in out.getvalue() and "0 would fail" in out.getvalue(), out.getvalue()
     weft_env.advance(timedelta(minutes=1))
     assert handle.status == RunStatus.CANCELLED
     page = admin_client.get(f"/admin/django_weft/workflow/{handle.run_id}/change/").content.decode()

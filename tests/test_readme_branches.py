@@ -69,3 +69,36 @@ def test_the_readme_fan_out_expires_after_two_days(weft_env):
     weft_env.drive()
     weft_env.advance(timedelta(days=2))
     assert handle.result()["invoices"] == "expired"
+
+
+# --- README, "Branches of workflow code" ------------------------------------------------------------------
+
+
+@weft.activity
+def notify_customer(parcel: str, label: str) -> str:
+    return f"told {parcel} ({label})"
+
+
+def ship(ctx, parcel):
+    label = ctx.run(print_label, parcel)
+    ctx.wait_for_signal(f"picked-up:{parcel}")
+    return ctx.run(notify_customer, parcel, label)
+
+
+@weft.workflow(name="ship_all")
+def ship_all(ctx, parcels):
+    return ctx.gather(*(ctx.start_branch(ship, parcel) for parcel in parcels))
+
+
+# --- end of the README's code -------------------------------------------------------------------------
+
+
+def test_the_readme_branches_ship_each_parcel_as_it_is_picked_up(weft_env):  # inside the test's transaction
+    handle = weft.start("ship_all", ["p1", "p2"])
+    weft_env.drive()
+    assert sorted(handle.refresh().awaiting_signals) == ["picked-up:p1", "picked-up:p2"]
+    handle.signal("picked-up:p2")
+    weft_env.drive()
+    assert handle.refresh().status == "waiting"
+    handle.signal("picked-up:p1")
+    assert handle.result() == ["told p1 (tracking-p1)", "told p2 (tracking-p2)"]

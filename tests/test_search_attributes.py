@@ -208,12 +208,15 @@ def test_a_crash_inside_the_commit_applies_none_of_it(weft_env):
     assert rows(run.pk) == {"region": ["eu"], "labels": ["x"]} and len(attribute_steps(handle)) == 1
 
 
-def test_handlers_may_not_set_search_attributes(weft_env):
+def test_an_update_handler_may_set_search_attributes_a_signal_handler_may_not(weft_env):
     handle = weft.start("attrs.in_handler")
     weft_env.drive()
-    with pytest.raises(weft.UpdateFailed, match=r"asked for ctx.set_search_attributes\(\)"):
-        handle.update("tag", "eu")
-    assert not rows(handle.run_id) and handle.refresh().search_attributes == {}
+    assert handle.update("tag", "eu") is None  # a durable call: the update's handler runs as a branch
+    assert rows(handle.run_id) == {"region": ["eu"]} and handle.refresh().search_attributes == {"region": "eu"}
+    handle.signal("tag", "us")  # a signal handler still only changes state: the run fails, naming the call
+    weft_env.drive()
+    run = handle.refresh()
+    assert run.status == "failed" and "ctx.set_search_attributes()" in run.error["message"], run.error
 
 
 def test_continue_as_new_carries_the_attributes_over(weft_env):

@@ -71,7 +71,7 @@ def test_an_update_to_an_unknown_run_is_workflow_not_found(weft_env):
 def test_updates_are_refused_by_a_run_whose_code_does_not_take_them(weft_env):
     handle = weft.start("updates.flags")
     weft_env.drive()
-    with pytest.raises(weft.UpdateRejected, match="registers: none"):
+    with pytest.raises(weft.UpdateRejected, match="registers no update handler where it is"):
         handle.update("anything")
 
 

@@ -47,6 +47,8 @@ class StepKind(models.TextChoices):
     ATTRIBUTES = "attributes", _("Search attributes")
     # ctx.signal_workflow: the signal is stored for the other run in the commit that records the step.
     SIGNAL_SENT = "signal_sent", _("Signal sent")
+    # ctx.start_branch: the branch's result (its own rows sit in a block of positions, see code_branches).
+    BRANCH = "branch", _("Branch of code")
 
 
 class StepStatus(models.TextChoices):
@@ -96,9 +98,16 @@ class ParentClosePolicy(models.TextChoices):
 class UpdateStatus(models.TextChoices):
     # Accepted (its validator passed) and waiting for the run to apply it.
     PENDING = "pending", _("Pending")
+    # Its handler runs and waits (it calls durable operations): the reply comes when it returns.
+    RUNNING = "running", _("Running")
     COMPLETED = "completed", _("Completed")
     # Its handler raised, or the run closed before applying it.
     FAILED = "failed", _("Failed")
+
+    @classmethod
+    def open_values(cls) -> list[str]:
+        """Not answered yet: its caller still waits."""
+        return [cls.PENDING, cls.RUNNING]
 
 
 class AsyncStatus(models.TextChoices):

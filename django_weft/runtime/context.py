@@ -13,6 +13,7 @@ from django_weft.runtime.replay.activities import ActivityOps
 from django_weft.runtime.replay.attributes import SearchAttributes
 from django_weft.runtime.replay.branches import Branches
 from django_weft.runtime.replay.children import ChildHandle, Children
+from django_weft.runtime.replay.code_branches import CodeBranches
 from django_weft.runtime.replay.inbox import Inbox
 from django_weft.runtime.replay.info import RunInfo, WorkflowInfo
 from django_weft.runtime.replay.lifecycle import Lifecycle
@@ -25,7 +26,7 @@ from django_weft.runtime.replay.values import RecordedValues
 __all__ = ["ChildHandle", "Context", "Pending", "Saga", "WorkflowInfo"]
 
 
-class Context(ActivityOps, Sagas, Branches, Timers, Inbox, Children, RecordedValues, SearchAttributes, Lifecycle,
-              OutgoingSignals, RunInfo):
+class Context(ActivityOps, Sagas, CodeBranches, Branches, Timers, Inbox, Children, RecordedValues, SearchAttributes,
+              Lifecycle, OutgoingSignals, RunInfo):
     """What a workflow function receives as ``ctx``: every operation family of runtime.replay, over one
     core (runtime.replay.core.ReplayCore) that assigns journal positions and writes."""

@@ -21,7 +21,14 @@ from django.db import IntegrityError, connections, router, transaction
 from django_weft.common import clock
 from django_weft.common.codec import decode, encode
 from django_weft.common.durations import to_seconds
-from django_weft.exceptions import InvalidArgument, UpdateFailed, UpdateRejected, WorkflowClosed, WorkflowNotFound
+from django_weft.exceptions import (
+    InvalidArgument,
+    UpdateFailed,
+    UpdateNotHandled,
+    UpdateRejected,
+    WorkflowClosed,
+    WorkflowNotFound,
+)
 from django_weft.models import RunStatus, UpdateStatus, Workflow, WorkflowUpdate
 from django_weft.services import queries, result_waiters
 from django_weft.store import inbox, transitions
@@ -68,7 +75,7 @@ class UpdateHandle:
             delay = 0.005
             while True:
                 record = self._record()
-                if record.status != UpdateStatus.PENDING:
+                if record.status not in UpdateStatus.open_values():
                     return _reply(record)
                 if record.run.is_finished and record.run.status != RunStatus.CONTINUED:
                     raise UpdateFailed(f"update {self.name!r} ({self.update_id!r}) was not applied: run "
@@ -76,7 +83,7 @@ class UpdateHandle:
                 if driver is not None:
                     driver()  # the test environment: move the run on, then answer or explain
                     record = self._record()
-                    if record.status != UpdateStatus.PENDING:
+                    if record.status not in UpdateStatus.open_values():
                         return _reply(record)
                     raise TimeoutError(self._not_applied(record, "its run cannot apply it without time passing "
                                                                  "or an outside event"))
@@ -105,6 +112,9 @@ def _reply(record: WorkflowUpdate) -> Any:
     if record.status == UpdateStatus.COMPLETED:
         return decode(record.result)
     error = record.error or {}
+    if error.get("type") == "UpdateNotHandled":
+        raise UpdateNotHandled(f"update {record.name!r} ({record.update_id!r}) was not applied: "
+                               f"{error.get('message', '')}", name=record.name, registered=error.get("registered", []))
     raise UpdateFailed(f"update {record.name!r} ({record.update_id!r}) failed: {error.get('type', 'Error')}: "
                        f"{error.get('message', '')}", error=error)
 
@@ -175,10 +185,11 @@ def validate(run: Workflow, name: str, payload: Any, *, fresh: bool = False) -> 
         raise UpdateRejected(f"update {name!r} of run {run.run_id}: the run's code could not be replayed "
                              f"({type(stopped).__name__}: {stopped})", name=name) from stopped
     handlers = sorted(ctx._update_handlers)
+    if not handlers:
+        raise UpdateRejected(f"run {run.run_id} of {run.workflow_id!r} has no update handler {name!r}: its code "
+                             "registers no update handler where it is", name=name, registered=handlers)
     if name not in handlers:
-        known = ", ".join(repr(n) for n in handlers) or "none"
-        raise UpdateRejected(f"run {run.run_id} of {run.workflow_id!r} has no update handler {name!r}; its code "
-                             f"registers: {known}", name=name, registered=handlers)
+        return  # held: the code may register it before its next wait (else the run answers UpdateNotHandled)
     validator = ctx._update_validators.get(name)
     if validator is None:
         return

@@ -16,6 +16,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.db.models import Max, Min, Q
 
+from django_weft.common.positions import BRANCH_BASE, BRANCH_SPAN, branch_block
 from django_weft.common.registry import get_workflow
 from django_weft.exceptions import InvalidArgument, WorkflowAlreadyExists, WorkflowNotFound
 from django_weft.models import Signal, StepKind, StepStatus, Workflow, WorkflowStep, WorkflowUpdate
@@ -64,7 +65,7 @@ def fork(source_id: Any, from_step: Any, now: datetime, *, workflow_id: str | No
 
 def _copied_steps(source: Workflow, from_step: int) -> list[WorkflowStep]:
     """The journal rows before ``from_step``, refused where copying them would not be sound."""
-    end = WorkflowStep.objects.filter(run=source).aggregate(end=Max("seq"))["end"] or 0
+    end = WorkflowStep.objects.filter(run=source, seq__lt=BRANCH_BASE).aggregate(end=Max("seq"))["end"] or 0
     if not 1 <= from_step <= end + 1:
         raise InvalidArgument(f"from_step={from_step} is outside the journal of run {source.pk}, which ends at step "
                               f"{end}: fork from a step between 1 and {end + 1}")
@@ -74,7 +75,8 @@ def _copied_steps(source: Workflow, from_step: int) -> list[WorkflowStep]:
         # Handler rows belong to the operation before them (applied before its outcome reached the code): a
         # copy of that outcome without them would not match the state the fork's code has.
         operation = max((seq for seq, step in by_seq.items() if step.kind not in HANDLER_KINDS), default=1)
-        after = WorkflowStep.objects.filter(run=source, seq__gt=from_step).exclude(kind__in=HANDLER_KINDS)
+        after = WorkflowStep.objects.filter(run=source, seq__gt=from_step, seq__lt=BRANCH_BASE).exclude(
+            kind__in=HANDLER_KINDS)
         resume = after.aggregate(seq=Min("seq"))["seq"] or end + 1
         raise InvalidArgument(f"cannot fork run {source.pk} from step {from_step}: it is {first.kind} {first.name!r}, "
                               f"applied within step {operation}; fork from step {operation} or {resume}")
@@ -91,7 +93,13 @@ def _copied_steps(source: Workflow, from_step: int) -> list[WorkflowStep]:
             continue
         raise InvalidArgument(f"cannot fork run {source.pk} from step {from_step}: step {seq} {why}; fork from "
                               f"from_step={seq} or earlier")
-    return [by_seq[seq] for seq in range(1, from_step)]
+    copied = [by_seq[seq] for seq in range(1, from_step)]
+    # A branch of workflow code that settled before the fork point keeps its own rows (its block of positions).
+    for start in [step.seq for step in copied if step.kind == StepKind.BRANCH]:
+        block = branch_block(start)
+        copied += list(WorkflowStep.objects.filter(run=source, seq__gt=block, seq__lt=block + BRANCH_SPAN)
+                       .order_by("seq"))
+    return copied
 
 
 def _new_run(source: Workflow, now: datetime) -> Workflow:

@@ -52,7 +52,8 @@ def deliver_update(run: Workflow, name: str, payload: bytes, update_id: str,
 def fail_updates_of_closed_runs(now: datetime) -> int:
     """Fail the pending updates of runs that have ended (see fail_pending_updates); how many."""
     failed = 0
-    closed = WorkflowUpdate.objects.filter(status=UpdateStatus.PENDING, run__status__in=RunStatus.terminal_values())
+    closed = WorkflowUpdate.objects.filter(status__in=UpdateStatus.open_values(),
+                                           run__status__in=RunStatus.terminal_values())
     # A page of ids read first, not a LIMITed subquery inside IN (which MySQL and MariaDB refuse).
     page = list(closed.order_by().values_list("run_id", flat=True).distinct()[:500])
     for run in Workflow.objects.filter(pk__in=page).only("pk", "status"):
@@ -61,13 +62,16 @@ def fail_updates_of_closed_runs(now: datetime) -> int:
     return failed
 
 
-def fail_pending_updates(run: Workflow, now: datetime) -> int:
-    """The run closed: updates it accepted and did not apply fail, and their callers are told."""
-    pending = list(WorkflowUpdate.objects.filter(run=run, status=UpdateStatus.PENDING).values_list("pk", flat=True))
+def fail_pending_updates(run: Workflow, now: datetime, *, why: str = "") -> int:
+    """The run closed: updates it accepted and did not apply (or whose handler had not returned) fail, and their
+    callers are told. (At a continue-as-new only those whose handler runs are left: the others moved on.)"""
+    pending = list(WorkflowUpdate.objects.filter(run=run, status__in=UpdateStatus.open_values())
+                   .values_list("pk", flat=True))
     if not pending:
         return 0
-    error = {"type": "WorkflowClosed", "message": f"the run ended ({run.status}) before it applied the update"}
-    WorkflowUpdate.objects.filter(pk__in=pending, status=UpdateStatus.PENDING).update(
+    error = {"type": "WorkflowClosed",
+             "message": why or f"the run ended ({run.status}) before it applied the update"}
+    WorkflowUpdate.objects.filter(pk__in=pending, status__in=UpdateStatus.open_values()).update(
         status=UpdateStatus.FAILED, error=error, finished_at=now)
     for pk in pending:
         wakeups.update_settled(pk)

@@ -176,11 +176,13 @@ def apply(writes: Iterable[JournalWrite], children: Callable[[InsertChild | Canc
                 record.save(force_insert=True)
                 _announce_async(record)
         elif isinstance(write, ApplyUpdate):
-            WorkflowUpdate.objects.filter(pk=write.update_pk, status=UpdateStatus.PENDING).update(
+            running = write.status == UpdateStatus.RUNNING  # its handler waits: no reply yet
+            WorkflowUpdate.objects.filter(pk=write.update_pk, status__in=UpdateStatus.open_values()).update(
                 status=write.status, applied_seq=write.seq, result=write.result, error=write.error,
-                finished_at=write.at,
+                finished_at=None if running else write.at,
             )
-            wakeups.update_settled(write.update_pk)
+            if not running:
+                wakeups.update_settled(write.update_pk)
         elif isinstance(write, SetSearchAttributes):
             search_rows.replace(write.run_id, write.created_at, write.values, write.shown)
         elif isinstance(write, ResolveAsync):

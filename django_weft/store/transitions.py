@@ -279,6 +279,9 @@ def continue_as_new(claim: Claim, now: datetime, following: Workflow) -> None:
         Timer.objects.filter(run_id=run.pk, fired_at__isnull=True).delete()
         Signal.objects.filter(run_id=run.pk, consumed_at__isnull=True).update(run=following)
         WorkflowUpdate.objects.filter(run_id=run.pk, status=UpdateStatus.PENDING).update(run=following)
+        # A handler still running (it waits) ends with the run: its caller is told (wait with
+        # ctx.wait_condition(ctx.all_handlers_finished) before continuing as new).
+        inbox.fail_pending_updates(run, now, why="the run continued as new before the update's handler returned")
         # A sender that retries a signal this run consumed (same signal_id) must find it delivered: the
         # successor keeps a consumed copy of each (the ids of one run, so the chain's cost stays flat).
         Signal.objects.bulk_create([

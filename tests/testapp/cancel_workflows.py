@@ -62,3 +62,20 @@ def slow_cleanup(ctx: weft.Context, key: str) -> str:
             ctx.run(undo, f"{key}:never")
         raise
     return "unreachable"
+
+
+@weft.activity(name="branches.work")
+def work(key: str) -> str:
+    time.sleep(0.1)
+    mark(key)
+    return key
+
+
+def three_steps(ctx: weft.Context, branch: int) -> list:
+    return [ctx.run(work, f"b{branch}:{step}") for step in range(3)]
+
+
+@weft.workflow(name="branches.twenty")
+def twenty(ctx: weft.Context) -> int:
+    results = ctx.gather(*(ctx.start_branch(three_steps, i) for i in range(20)))
+    return sum(len(steps) for steps in results)

@@ -40,7 +40,7 @@ def cart(ctx: weft.Context, user: str) -> dict:
 
     ctx.set_update_handler("add_item", add, validator=known_sku)
     ctx.set_update_handler("clear", lambda: items.clear())
-    ctx.set_update_handler("durable", lambda: ctx.now())  # not allowed: handlers make no durable calls
+    ctx.set_update_handler("durable", lambda: ctx.now())  # a durable call: the handler runs as a branch
     if not ctx.wait_condition(lambda: len(items) >= 3, timeout=timedelta(days=1)):
         return {"items": items, "abandoned": True}
     total = sum(ctx.run(price_of, sku) for sku in items)

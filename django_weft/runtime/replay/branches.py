@@ -11,7 +11,7 @@ from __future__ import annotations
 import concurrent.futures
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from datetime import datetime, timedelta
-from typing import Any, NoReturn, ParamSpec, TypeVar, cast, overload
+from typing import Any, NoReturn, ParamSpec, TypeVar, overload
 
 from django_weft.common import clock
 from django_weft.common.codec import decode, encode
@@ -53,13 +53,17 @@ class Branches(AsyncActivityOps, Signals):
         ``ctx.run``; ``pending.result()`` (or ``ctx.gather``) waits for it."""
         definition = definition_of(fn)
         seq, step = self._next(StepKind.ACTIVITY, definition.name, branch=True)
-        return self._started(ActivityBranch(self, seq, step, definition, args, kwargs))
+        kept = self._kept_branch(seq)
+        return kept if kept is not None else self._started(ActivityBranch(self, seq, step, definition, args, kwargs))
 
     @durable
     def start_timer(self, duration: float | int | timedelta) -> Pending[None]:
         """A durable timer as a branch: it settles (with None) once ``duration`` has passed."""
         seconds = to_seconds(duration, "ctx.start_timer duration", allow_zero=True)
         seq, step = self._next(StepKind.SLEEP, "sleep", branch=True)
+        kept = self._kept_branch(seq)
+        if kept is not None:
+            return kept
         if step is None:
             self._before_new_work(side_effects=False)
         return self._started(TimerBranch(self, seq, step, clock.now() + timedelta(seconds=seconds)))
@@ -70,7 +74,8 @@ class Branches(AsyncActivityOps, Signals):
         a race consumes nothing). For a list of names it settles with ``(name, payload)``."""
         names, several = self._signal_names(name_or_names, "start_wait_for_signal")
         seq, step = self._next(StepKind.SIGNAL, "|".join(names), branch=True)
-        return self._started(SignalBranch(self, seq, step, names, several))
+        kept = self._kept_branch(seq)
+        return kept if kept is not None else self._started(SignalBranch(self, seq, step, names, several))
 
     @durable
     def gather(self, *pendings: Pending[Any], return_exceptions: bool = False) -> list[Any]:
@@ -163,6 +168,11 @@ class Branches(AsyncActivityOps, Signals):
             self._open_branches.append(branch)
         return branch
 
+    def _kept_branch(self, seq: int) -> Pending[Any] | None:
+        """The branch already started at ``seq`` by an earlier pass of the same code (a branch of workflow code
+        runs its code again each time it is resumed: runtime.replay.code_branches); None here."""
+        return None
+
     def _wait_for(self, branches: list[Pending[Any]], *, first: bool) -> None:
         """Return once every branch (``first``: one) settled, committing settled rows as they come; park
         when nothing runs and nothing can settle yet."""
@@ -201,7 +211,7 @@ class Branches(AsyncActivityOps, Signals):
                 self._park_on(remaining)
 
     def _wait_running(self, running: list[Pending[Any]], unsettled: list[Pending[Any]]) -> None:
-        futures = [cast(ActivityBranch[Any], branch)._future for branch in running]
+        futures = [future for branch in running for future in branch.futures()]
         timeout = POLL_SECONDS
         wake = min((at for at in (b.wake_at() for b in unsettled) if at is not None), default=None)
         if wake is not None:
@@ -231,7 +241,7 @@ class Branches(AsyncActivityOps, Signals):
             if not branch.settled:
                 branch.cancel(f"the run's cancel was requested: {reason}" if reason else
                               "the run's cancel was requested", with_run=True)
-        self._open_branches = []
+        self._open_branches = [branch for branch in self._open_branches if not branch.settled]
 
     def _attempt_pool(self) -> AttemptPool:
         if self._pool is None:
@@ -244,7 +254,7 @@ class Branches(AsyncActivityOps, Signals):
         if self._open_branches:
             for branch in self._open_branches:
                 if branch.running:
-                    cast(ActivityBranch[Any], branch).poll_attempt()
+                    branch.poll_attempt()
             self._open_branches = [branch for branch in self._open_branches if not branch.settled]
         super()._before_new_work(side_effects=side_effects)
         if side_effects:
@@ -270,7 +280,7 @@ class Branches(AsyncActivityOps, Signals):
         while running:
             self._wait_running(running, [])
             for branch in running:
-                cast(ActivityBranch[Any], branch).poll_attempt()
+                branch.poll_attempt()
             running = [branch for branch in running if branch.running]
 
     def _drain_running(self) -> None:
@@ -278,6 +288,13 @@ class Branches(AsyncActivityOps, Signals):
         it ended, and wait for the attempts that lost a race (their outcome is not used) to end."""
         self._begin_due()
         self._settle_running()
+        while True:  # branches of workflow code go on as far as they can (a step done lets the next one begin)
+            now = clock.now()
+            for branch in list(self._open_branches):
+                branch.advance(now)
+            if not any(branch.running for branch in self._open_branches):
+                break
+            self._settle_running()
         if self._pool is not None:
             self._pool.wait_for_abandoned()
 
@@ -285,12 +302,15 @@ class Branches(AsyncActivityOps, Signals):
               awaiting_signals: Sequence[str] = ()) -> NoReturn:
         """Before any park, running attempts finish and are recorded: a branch the code does not wait for
         yet would otherwise run again after the wake."""
+        unsettled = [b for b in self._open_branches if not b.settled]
         self._drain_running()
-        # An activity branch the code does not wait for may wait on a timer of its own (a retry backoff): the
-        # run wakes for that too, since a replay carries it on at once. A timer, signal or child branch moves
-        # on only when the code waits for it, so it wakes nothing (waking for it would replay in a loop).
-        wakes = [at for at in (b.wake_at() for b in self._open_branches
-                               if isinstance(b, ActivityBranch) and not b.settled) if at is not None]
+        if any(b.settled for b in unsettled) and not self._dry:
+            wake_at = clock.now()  # a branch ended meanwhile (an update's handler returned): the code looks again
+        # Branches the code does not wait for yet that move on by themselves wake the run (Pending.wakes_the_run).
+        open_branches = [b for b in self._open_branches if b.wakes_the_run and not b.settled]
+        wakes = [at for at in (b.wake_at() for b in open_branches) if at is not None]
+        awaiting_signals = [*awaiting_signals, *(name for b in open_branches for name in b.awaiting_signals()
+                                                 if name not in awaiting_signals)]
         if wakes:
             wake_at = min([*wakes, *([wake_at] if wake_at is not None else [])])
         super()._park(wake_at=wake_at, reason=reason, writes=writes, awaiting_signals=awaiting_signals)

@@ -5,6 +5,7 @@ and the fenced writes (commit, park, fold into the next commit) every operation 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import logging
 import uuid
@@ -16,6 +17,7 @@ from django.db import DatabaseError
 
 from django_weft.common import clock
 from django_weft.common.codec import decode
+from django_weft.common.positions import BRANCH_BASE
 from django_weft.common.registry import WorkflowDefinition
 from django_weft.conf import weft_settings
 from django_weft.exceptions import CancelledError, FencingError, InvalidArgument, NonDeterminismError
@@ -50,6 +52,15 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
+# The branch context whose code this thread runs (runtime.replay.code_branches), if any.
+running_branch: contextvars.ContextVar[Any] = contextvars.ContextVar("weft_running_branch", default=None)
+
+
+class ResumeOperation(BaseException):
+    """Raised where a branch of workflow code would park: it waited for its caller to resume it, and the durable
+    operation runs again from its position (runtime.replay.code_branches)."""
+
+
 def durable(operation: Callable[P, R]) -> Callable[P, R]:
     """Mark a method workflow code calls as a durable operation (of the context, or of a branch it started).
 
@@ -61,16 +72,25 @@ def durable(operation: Callable[P, R]) -> Callable[P, R]:
     @functools.wraps(operation)
     def guarded(*args: P.args, **kwargs: P.kwargs) -> R:
         owner = args[0]
+        here = running_branch.get()
+        if here is not None and owner is not here and owner is getattr(here, "_root", None):
+            # Code running as a branch (an update handler, a closure in ctx.start_branch's function) called the
+            # run's own ctx: the call is the branch's, at the branch's positions.
+            return getattr(here, operation.__name__)(*args[1:], **kwargs)
         core: ReplayCore = owner if isinstance(owner, ReplayCore) else owner._ctx  # type: ignore[attr-defined]
         if core._exiting is not None:
             raise core._exiting
         if core._cancel_delivered and not core._cleanup_depth:
             raise core._cancelled()  # once delivered, every durable call outside ctx.cleanup() raises it again
-        try:
-            return operation(*args, **kwargs)
-        except EngineExit as exit:
-            core._exiting = exit
-            raise
+        while True:
+            mark = core._seq
+            try:
+                return operation(*args, **kwargs)
+            except ResumeOperation:
+                core._seq = mark  # a branch waited where the run would park: the operation runs again
+            except EngineExit as exit:
+                core._exiting = exit
+                raise
 
     return guarded
 
@@ -88,6 +108,13 @@ class ReplayCore:
         dry: bool = False,
     ) -> None:
         self._claim = claim
+        # The run's own positions; rows of branches of workflow code (runtime.replay.code_branches) sit in blocks
+        # above BRANCH_BASE, read by the branch that owns them.
+        if steps and max(steps) >= BRANCH_BASE:
+            self._branch_rows = {seq: row for seq, row in steps.items() if seq >= BRANCH_BASE}
+            steps = {seq: row for seq, row in steps.items() if seq < BRANCH_BASE}
+        else:
+            self._branch_rows = {}
         self._journal = steps
         self._timers = timers
         self._should_stop = should_stop

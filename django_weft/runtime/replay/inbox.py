@@ -16,12 +16,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
 from django_weft.common import clock
 from django_weft.common.codec import decode, encode
 from django_weft.common.durations import to_seconds
-from django_weft.exceptions import InvalidArgument, NonDeterminismError
+from django_weft.common.positions import BRANCH_BASE, BRANCH_SPAN, MAX_BRANCH_START
+from django_weft.exceptions import InvalidArgument, NonDeterminismError, PayloadError
 from django_weft.models import (
     Signal,
     StepKind,
@@ -33,12 +34,20 @@ from django_weft.models import (
     WorkflowUpdate,
 )
 from django_weft.runtime.errors import HistoryLimitReached, error_category, error_dict
+from django_weft.runtime.replay.code_branches import HandlerBranch
 from django_weft.runtime.replay.core import durable
 from django_weft.runtime.replay.handlers import Handlers
 from django_weft.runtime.replay.signals import Signals
 from django_weft.store import journal
 
 HANDLER_KINDS = (StepKind.UPDATE, StepKind.SIGNAL_HANDLER)
+
+
+class _Applied:
+    """The update a handler branch answers (its pk, for the reply, and its name)."""
+
+    def __init__(self, pk: int | None, name: str) -> None:
+        self.pk, self.name = pk, name
 
 
 class Inbox(Signals, Handlers):
@@ -104,7 +113,8 @@ class Inbox(Signals, Handlers):
             known = ", ".join(repr(n) for n in sorted(self._update_handlers)) or "none"
             for update in unhandled:
                 error = {"type": "UpdateNotHandled", "message": f"the run's code registers no update handler "
-                         f"{update.name!r} where it waits (step {self._seq}); it registers: {known}"}
+                         f"{update.name!r} where it waits (step {self._seq}); it registers: {known}",
+                         "registered": sorted(self._update_handlers)}
                 self._defer(journal.ApplyUpdate(update.pk, UpdateStatus.FAILED, None, None, error, now))
             wake_at = now
         super()._park(wake_at=wake_at, reason=reason, writes=writes, awaiting_signals=awaiting_signals)
@@ -113,7 +123,15 @@ class Inbox(Signals, Handlers):
         """Re-apply the handler rows recorded right after the current position."""
         while (row := self._journal.get(self._seq + 1)) is not None and row.kind in HANDLER_KINDS:
             if row.kind == StepKind.UPDATE:  # its row holds the payload it was applied with, and the reply
-                payload, handler = decode(row.result)["payload"], self._update_handlers.get(row.name)
+                recorded = decode(row.result)
+                payload, handler = recorded["payload"], self._update_handlers.get(row.name)
+                if handler is not None and (row.status == StepStatus.WAITING or self._has_branch_rows(row.seq)):
+                    self._seq = row.seq  # a handler that called durable operations runs again as a branch
+                    branch = HandlerBranch(cast(Any, self), row.seq, row, _Applied(recorded.get("update"), row.name),
+                                           handler, payload)
+                    if not branch.settled:
+                        self._open_branches.append(branch)
+                    continue
             else:
                 payload, handler = decode(row.result), self._signal_handlers.get(row.name)
             signal = row.kind == StepKind.SIGNAL_HANDLER
@@ -125,6 +143,13 @@ class Inbox(Signals, Handlers):
                 if row.status != StepStatus.FAILED:
                     raise self._mismatch(row, f"its handler now raises {type(exc).__name__}: {exc}") from exc
             self._seq = row.seq  # after the call: while it runs the code is still replaying (the logger is silent)
+
+    def _has_branch_rows(self, seq: int) -> bool:
+        """Rows sit in the block of the branch started at ``seq`` (its handler called durable operations)."""
+        starts = getattr(self, "_branch_starts", None)
+        if starts is None:
+            starts = self._branch_starts = {(n - BRANCH_BASE) // BRANCH_SPAN for n in self._branch_rows}
+        return seq in starts
 
     def _mismatch(self, row: WorkflowStep, why: str) -> NonDeterminismError:
         label = "update" if row.kind == StepKind.UPDATE else "signal"
@@ -164,25 +189,66 @@ class Inbox(Signals, Handlers):
 
     def _apply_update(self, update: WorkflowUpdate) -> None:
         seq = self._take_position()
-        now = clock.now()
         payload = decode(update.payload)
-        value: Any = None
-        reply: bytes | None = None
-        error: dict | None = None
-        try:
-            value = self._call_handler(self._update_handlers[update.name], payload, f"update {update.name!r}")
-            reply = encode(value, what=f"the reply of update {update.name!r}")
-        except Exception as exc:  # the handler's, or a reply that cannot be stored (PayloadError)
-            error = error_dict(exc)
-        status = StepStatus.FAILED if error else StepStatus.COMPLETED
-        # The row keeps the payload (a replay applies it again from the journal alone) and the reply.
-        row = encode({"payload": payload, "reply": None if reply is None else value})
-        self._defer(self._record(self._step(seq, StepKind.UPDATE, update.name, status, result=row, error=error,
-                                            started=now, finished=now, failure_category=error_category(error) if
-                                            error else ""), None))
-        self._defer(journal.ApplyUpdate(update.pk, UpdateStatus.FAILED if error else UpdateStatus.COMPLETED, seq,
-                                        reply, error, now))
+        handler = self._update_handlers[update.name]
         self._applied_now = self._applied_now | {update.pk}
+        if self._dry or seq > MAX_BRANCH_START:
+            self._update_applied(seq, None, update.pk, update.name, payload, *self._handler_outcome(handler, payload))
+            return
+        # Its handler runs as a branch at this position: at once to its end if it makes no durable call, else it
+        # waits like a branch (the update is running) and its reply is sent when it returns.
+        branch = HandlerBranch(cast(Any, self), seq, None, _Applied(update.pk, update.name), handler, payload)
+        if not branch.settled:
+            self._open_branches.append(branch)
+
+    def _handler_outcome(self, handler: Callable[..., Any], payload: Any) -> tuple[Any, BaseException | None]:
+        try:
+            return self._call_handler(handler, payload, "an update handler"), None
+        except Exception as exc:
+            return None, exc
+
+    def _update_applied(self, seq: int, existing: WorkflowStep | None, update_pk: int, name: str, payload: Any,
+                        value: Any, exc: BaseException | None) -> None:
+        """Record an update's outcome at ``seq`` (its row keeps the payload, so a replay applies it again from the
+        journal alone, and the reply) and answer its caller."""
+        now = clock.now()
+        reply: bytes | None = None
+        error = error_dict(exc) if exc is not None else None
+        if error is None:
+            try:
+                reply = encode(value, what=f"the reply of update {name!r}")
+            except PayloadError as bad:  # a reply that cannot be stored
+                error, value = error_dict(bad), None
+        status = StepStatus.FAILED if error else StepStatus.COMPLETED
+        row = encode({"payload": payload, "reply": None if reply is None else value})
+        self._defer(self._record(self._step(seq, StepKind.UPDATE, name, status, result=row, error=error,
+                                            started=existing.started_at if existing else now, finished=now,
+                                            failure_category=error_category(error) if error else ""), existing))
+        self._defer(journal.ApplyUpdate(update_pk, UpdateStatus.FAILED if error else UpdateStatus.COMPLETED, seq,
+                                        reply, error, now))
+
+    def _on_update_running(self, branch: HandlerBranch) -> None:
+        """The handler waits: its row waits (with the update's id, for the replay that finishes it) and its caller
+        learns the update runs."""
+        now = clock.now()
+        row = self._step(branch.seq, StepKind.UPDATE, branch.update.name, StepStatus.WAITING,
+                         result=encode({"payload": branch.payload, "reply": None, "update": branch.update.pk}),
+                         started=now, finished=None)
+        self._defer(self._record(row, None))
+        branch._row = row
+        self._defer(journal.ApplyUpdate(branch.update.pk, UpdateStatus.RUNNING, branch.seq, None, None, now))
+
+    def _on_update_returned(self, branch: HandlerBranch, value: Any, exc: BaseException | None) -> None:
+        existing = branch._row
+        if existing is not None and existing.status != StepStatus.WAITING:
+            return  # replayed: its outcome is recorded
+        self._update_applied(branch.seq, existing, branch.update.pk, branch.update.name, branch.payload, value, exc)
+
+    def all_handlers_finished(self) -> bool:
+        """True when no update handler is still running (one that calls durable operations waits like a branch):
+        ``ctx.wait_condition(ctx.all_handlers_finished)`` before the run returns or continues as new, so that no
+        caller is left without its reply."""
+        return not any(isinstance(branch, HandlerBranch) and not branch.settled for branch in self._open_branches)
 
     def _apply_signal(self, signal: Signal) -> None:
         # A signal handler's exception is the workflow's: it propagates (and fails the run) like code's.

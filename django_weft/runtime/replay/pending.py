@@ -118,6 +118,21 @@ class Pending(Generic[T]):
         """An attempt of it executes in the attempt pool."""
         return False
 
+    # A branch nobody waits for yet wakes the run when it can move on by itself (an activity's retry backoff, a
+    # branch of workflow code): a replay carries it on at once. A timer, signal or child moves on only when the
+    # code waits for it, so it wakes nothing (waking for it would replay in a loop).
+    wakes_the_run = False
+
+    def futures(self) -> list[Any]:
+        """The attempts of it running in the attempt pool (a wait returns when one of them ends)."""
+        return []
+
+    def poll_attempt(self) -> None:
+        """Record how a running attempt ended, if it did."""
+
+    def advance(self, now: datetime) -> None:
+        """Before the run parks: move on as far as it can by itself (a branch of workflow code runs its code)."""
+
     def wake_at(self) -> datetime | None:
         """When the branch may settle by itself (a timer), if it waits for one."""
         return None
@@ -284,9 +299,14 @@ class ActivityBranch(Pending[T]):
         self._due = True
         return True
 
+    wakes_the_run = True
+
     @property
     def running(self) -> bool:
         return self._future is not None
+
+    def futures(self) -> list[Any]:
+        return [] if self._future is None else [self._future]
 
     def poll(self, now: datetime) -> None:
         if self._settled:
