@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from celery import shared_task
-from celery.signals import worker_process_shutdown, worker_shutdown
+from celery.signals import worker_process_shutdown, worker_ready, worker_shutdown
 from django.db import close_old_connections, connections
 
 from django_weft.common import clock
@@ -40,6 +40,20 @@ def _forget_process(**kwargs: Any) -> None:
     from django_weft.worker.celery_drive import forget_worker_process
 
     forget_worker_process()
+
+
+def _wake_held_runs(**kwargs: Any) -> None:
+    """A worker starts, perhaps with newly deployed code: runs held because their code raised (on_error="hold")
+    are tried again now, as when weft_maintenance starts."""
+    from django_weft.store import transitions
+
+    try:
+        transitions.wake_held_runs(clock.now())
+    finally:
+        connections.close_all()
+
+
+worker_ready.connect(_wake_held_runs, weak=False, dispatch_uid="django_weft.wake_held_runs")
 
 
 # Pool processes (prefork) and the worker itself (solo and thread pools run tasks in it).

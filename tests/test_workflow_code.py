@@ -160,6 +160,21 @@ def test_on_error_hold_holds_a_run_whose_code_raises_and_a_deploy_lets_it_go_on(
     assert buggy_calls == [7], "the activity ran once: each try replays it from the journal"
 
 
+def test_a_celery_worker_that_starts_wakes_the_held_runs(weft_env):
+    pytest.importorskip("celery")
+    from celery.signals import worker_ready
+
+    import django_weft.tasks  # noqa: F401 (connects the worker's signals)
+
+    DEPLOYED["fix"] = False
+    handle = weft.start(buggy, {"id": 8, "quantity": 3})
+    weft_env.drive()
+    held = handle.refresh()
+    assert held.code_errors == 1 and held.runnable_at > weft_env.now()
+    worker_ready.send(sender=None)
+    assert handle.refresh().runnable_at == weft_env.now()
+
+
 def test_on_error_fail_is_the_default_and_bad_values_are_refused(weft_env):
     with pytest.raises(weft.ConfigurationError, match="on_error must be one of fail, hold"):
         weft.workflow(name="wc.bad_on_error", on_error="retry")(lambda ctx: None)
