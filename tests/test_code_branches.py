@@ -226,3 +226,30 @@ def test_an_update_handler_that_calls_durable_operations_replies_when_it_returns
     assert first.result() == "ticket-1A" and second.result() == "ticket-2B"
     assert handle.result() == ["ticket-1A", "ticket-2B"]
     assert ran == ["reserved 1A", "reserved 2B"], "each handler's activity ran once"
+
+
+@weft.workflow(name="cb.closure")
+def closure(ctx: weft.Context) -> list:
+    def uses_the_outer_ctx(_branch_ctx: weft.Context) -> str:
+        try:
+            return ctx.wait_for_signal("never")  # the workflow's ctx, called from the branch: the branch's call
+        except weft.CancelledError:
+            with ctx.cleanup():
+                ctx.run(step, "closure cleaned up")
+            raise
+
+    branch = ctx.start_branch(uses_the_outer_ctx)
+    ctx.run(step, "main")
+    return [branch.result()]
+
+
+def test_a_branch_that_calls_the_workflows_ctx_makes_the_call_in_its_own_positions(weft_env):
+    handle = weft.start(closure)
+    weft_env.drive()
+    assert ran == ["main"] and handle.status == RunStatus.WAITING
+    handle.cancel()
+    weft_env.drive()
+    assert handle.status == RunStatus.CANCELLED
+    assert ran == ["main", "closure cleaned up"]
+    main_rows = WorkflowStep.objects.filter(run_id=handle.run_id, seq__lt=BRANCH_BASE)
+    assert sorted(main_rows.values_list("kind", flat=True)) == [StepKind.ACTIVITY, StepKind.BRANCH]

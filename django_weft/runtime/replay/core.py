@@ -185,11 +185,13 @@ class ReplayCore:
         """``with ctx.cleanup():`` durable calls run again in a cancelled run (to compensate, release, notify),
         bounded by the workflow's ``cleanup_timeout`` counted from the cancel request, after which the run is
         terminated. Outside a cancelled run it changes nothing."""
-        self._cleanup_depth += 1
+        here = running_branch.get()
+        owner = here if here is not None and getattr(here, "_root", None) is self else self  # a branch's code
+        owner._cleanup_depth += 1
         try:
             yield
         finally:
-            self._cleanup_depth -= 1
+            owner._cleanup_depth -= 1
 
     def _cancel_reason(self) -> str:
         run = self._claim.run
