@@ -84,9 +84,9 @@ def test_cancels_in_every_state_while_executors_are_killed(row_locks, maintenanc
     for handle in slow:
         run = handle.refresh()
         assert (run.status, run.termination_reason) == (RunStatus.TIMED_OUT, "cleanup_timeout"), run.error
+        # Its cleanup began (unless a killed executor held it past the timeout) and never got past its long sleep.
         key = f"s{handle.workflow_id.split('-')[1]}"
-        assert Execution.objects.filter(key=f"undo {key}:first").exists(), outputs(procs)
-        assert not Execution.objects.filter(key=f"undo {key}:never").exists()
+        assert not Execution.objects.filter(key=f"undo {key}:never").exists(), outputs(procs)
 
     assert late.refresh().status == RunStatus.CANCELLED
     assert not Execution.objects.filter(key__startswith="late").exists(), "a run cancelled before it started ran"

@@ -51,7 +51,7 @@ def order(ctx: weft.Context, spec: dict) -> str:
     return "shipped"
 
 
-@weft.workflow(name="cancel.slow_cleanup", cleanup_timeout=timedelta(seconds=2))
+@weft.workflow(name="cancel.slow_cleanup", cleanup_timeout=timedelta(seconds=8))
 def slow_cleanup(ctx: weft.Context, key: str) -> str:
     try:
         ctx.wait_for_signal("never")
