@@ -41,7 +41,8 @@ def journal_lengths(run_ids) -> dict:
 def test_a_bulk_cancel_racing_single_cancels_and_an_executor_changes_each_run_once(row_locks, maintenance,
                                                                                    monkeypatch):
     monkeypatch.setattr(bulk, "BATCH_SIZE", 5)  # many batches, so the racers meet it midway
-    proc = maintenance("executor", "--workers", "4", "--interval", "0.2")
+    # Beats every second: a busy run learns of its cancel at the next renewal of its lease.
+    proc = maintenance("executor", "--workers", "4", "--interval", "0.2", WEFT_HEARTBEAT_SECONDS="1")
     waiting = [weft.start("test.steps", {"count": 2, "sleep": 3600, "key": f"wait{i}"}, tags=["race"])
                for i in range(WAITING)]
     wait_until(lambda: Workflow.objects.filter(pk__in=[h.run_id for h in waiting], status=RunStatus.WAITING)
@@ -105,7 +106,8 @@ def test_a_bulk_cancel_racing_single_cancels_and_an_executor_changes_each_run_on
     # executor then ends each one cancelled (its code sees the cancel where it is).
     (outcome,) = result
     wait_until(lambda: not Workflow.objects.open().filter(pk__in=ids).exists(), "every run to end cancelled",
-               DEADLINE, [proc])
+               DEADLINE, [proc], describe=lambda: str(list(Workflow.objects.open().filter(pk__in=ids).values_list(
+                   "workflow_id", "status", "lease_owner", "cancel_requested_at", "runnable_at"))))
     rows = {run.pk: run for run in Workflow.objects.filter(pk__in=ids)}
     assert {run.status for run in rows.values()} == {RunStatus.CANCELLED}
     assert all(n == 1 for n in single_wins.values()), single_wins

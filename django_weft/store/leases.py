@@ -56,11 +56,14 @@ def renew(claims: Iterable[Claim], now: datetime) -> None:
             if cancel_at is not None:
                 cancelled.add(pk)
         missing = [held.run.pk for held in live if held.run.pk not in seen]
-        busy = set(rows.filter(pk__in=missing).values_list("pk", flat=True)) if missing else set()
+        # Held by another transaction now (often the executor's own step commit): read without the lock, so a
+        # cancel request reaches a run that commits back to back.
+        busy = dict(rows.filter(pk__in=missing).values_list("pk", "cancel_requested_at")) if missing else {}
         kept, waiting = [], []
         for held in live:
             if held.run.pk in busy:
                 waiting.append(held)
+                held.cancel_requested = held.cancel_requested or busy[held.run.pk] is not None
             elif seen.get(held.run.pk) == (held.fence, S.RUNNING, held.owner):
                 kept.append(held)
                 held.cancel_requested = held.cancel_requested or held.run.pk in cancelled
