@@ -50,7 +50,6 @@ def test_a_bulk_cancel_racing_single_cancels_and_an_executor_changes_each_run_on
     delayed = [weft.start("test.steps", {"count": 1, "key": f"later{i}"}, tags=["race"], start_after=3600)
                for i in range(DELAYED)]
     busy = [weft.start("test.steps", {"count": 1_000_000, "key": f"busy{i}"}, tags=["race"]) for i in range(BUSY)]
-    control = weft.start("test.steps", {"count": 1_000_000, "key": "control"}, tags=["control"])
     runs = [*busy, *waiting, *delayed]
     ids = [h.run_id for h in runs]
     wait_until(lambda: sum(1 for n in journal_lengths([h.run_id for h in busy]).values() if n >= 3) >= 3,
@@ -121,7 +120,11 @@ def test_a_bulk_cancel_racing_single_cancels_and_an_executor_changes_each_run_on
     assert all(run.termination_reason == transitions.CANCEL_REQUESTED and run.runnable_at is None
                for run in rows.values())
 
-    # Nothing is recorded for them after they ended, while the executor goes on with the control run.
+    # Nothing is recorded for them after they ended, while the executor goes on with a control run (started now,
+    # so that it is far from WEFT_MAX_HISTORY however long the cancels took to reach the busy runs).
+    control = weft.start("test.steps", {"count": 1_000_000, "key": "control"}, tags=["control"])
+    wait_until(lambda: journal_lengths([control.run_id])[control.run_id] > 0, "the control run to begin", DEADLINE,
+               [proc])
     frozen = journal_lengths(ids)
     control_before = journal_lengths([control.run_id])[control.run_id]
     time.sleep(FREEZE)
