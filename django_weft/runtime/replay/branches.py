@@ -53,17 +53,13 @@ class Branches(AsyncActivityOps, Signals):
         ``ctx.run``; ``pending.result()`` (or ``ctx.gather``) waits for it."""
         definition = definition_of(fn)
         seq, step = self._next(StepKind.ACTIVITY, definition.name, branch=True)
-        kept = self._kept_branch(seq)
-        return kept if kept is not None else self._started(ActivityBranch(self, seq, step, definition, args, kwargs))
+        return self._started(ActivityBranch(self, seq, step, definition, args, kwargs))
 
     @durable
     def start_timer(self, duration: float | int | timedelta) -> Pending[None]:
         """A durable timer as a branch: it settles (with None) once ``duration`` has passed."""
         seconds = to_seconds(duration, "ctx.start_timer duration", allow_zero=True)
         seq, step = self._next(StepKind.SLEEP, "sleep", branch=True)
-        kept = self._kept_branch(seq)
-        if kept is not None:
-            return kept
         if step is None:
             self._before_new_work(side_effects=False)
         return self._started(TimerBranch(self, seq, step, clock.now() + timedelta(seconds=seconds)))
@@ -74,8 +70,7 @@ class Branches(AsyncActivityOps, Signals):
         a race consumes nothing). For a list of names it settles with ``(name, payload)``."""
         names, several = self._signal_names(name_or_names, "start_wait_for_signal")
         seq, step = self._next(StepKind.SIGNAL, "|".join(names), branch=True)
-        kept = self._kept_branch(seq)
-        return kept if kept is not None else self._started(SignalBranch(self, seq, step, names, several))
+        return self._started(SignalBranch(self, seq, step, names, several))
 
     @durable
     def gather(self, *pendings: Pending[Any], return_exceptions: bool = False) -> list[Any]:
@@ -167,11 +162,6 @@ class Branches(AsyncActivityOps, Signals):
         if not branch.settled:
             self._open_branches.append(branch)
         return branch
-
-    def _kept_branch(self, seq: int) -> Pending[Any] | None:
-        """The branch already started at ``seq`` by an earlier pass of the same code (a branch of workflow code
-        runs its code again each time it is resumed: runtime.replay.code_branches); None here."""
-        return None
 
     def _wait_for(self, branches: list[Pending[Any]], *, first: bool) -> None:
         """Return once every branch (``first``: one) settled, committing settled rows as they come; park

@@ -81,6 +81,7 @@ class BranchOfCode(Pending[T]):
         self.code._owner = self
         self._turns = Turns()
         self._thread: threading.Thread | None = None
+        self._shared: list[Any] = []  # the executor's connections its thread borrows while it lives
         self._ended: tuple[str, Any] | None = None  # ("value" | "error" | "exit", what)
         self.poll(clock.now())
         if not self._settled and (row is None or row.status != StepStatus.WAITING):
@@ -216,7 +217,7 @@ class BranchOfCode(Pending[T]):
         self._turns.give()
         if self._thread is not None:
             self._thread.join(5)
-        for connection in getattr(self, "_shared", []):
+        for connection in self._shared:
             connection.dec_thread_sharing()
         self._shared = []
         self._settle(error=BranchCancelled(f"branch {self._name} (step {self.seq}) ended with its execution"))
