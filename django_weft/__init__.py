@@ -85,6 +85,15 @@ if TYPE_CHECKING:
     from django_weft.services.bulk import BulkPreview, BulkResult
     from django_weft.services.client import WorkflowHandle, cancel, get_handle, signal, start, terminate
     from django_weft.services.maintenance import MaintenanceReport, run_maintenance
+    from django_weft.services.queues import (
+        QueueInfo,
+        list_queues,
+        pause_type,
+        paused_types,
+        queue_info,
+        resume_type,
+        set_queue_limits,
+    )
     from django_weft.services.schedules import create_schedule, get_schedule
     from django_weft.services.updates import UpdateHandle
     from django_weft.services.visibility import count_runs, list_runs
@@ -124,6 +133,13 @@ _LAZY = {
     "create_schedule": "services.schedules",
     "get_schedule": "services.schedules",
     "Schedule": "models",
+    "QueueInfo": "services.queues",
+    "list_queues": "services.queues",
+    "queue_info": "services.queues",
+    "set_queue_limits": "services.queues",
+    "pause_type": "services.queues",
+    "resume_type": "services.queues",
+    "paused_types": "services.queues",
 }
 
 
@@ -170,6 +186,7 @@ __all__ = [
     "Pending",
     "QueryFailed",
     "QueryNotFound",
+    "QueueInfo",
     "RetryPolicy",
     "Schedule",
     "ScheduleAlreadyExists",
@@ -206,9 +223,15 @@ __all__ = [
     "get_handle",
     "get_schedule",
     "heartbeat",
+    "list_queues",
     "list_runs",
+    "pause_type",
+    "paused_types",
+    "queue_info",
+    "resume_type",
     "run",
     "run_maintenance",
+    "set_queue_limits",
     "signal",
     "start",
     "start_or_signal",

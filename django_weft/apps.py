@@ -17,6 +17,8 @@ class WeftConfig(AppConfig):
 
         events.configure()  # metrics and tracing: on when installed, unless turned off
 
+        from django_weft import checks  # noqa: F401  (registers the system checks: weft.E001...)
+
         try:
             from django_weft import tasks  # noqa: F401  (registers the Celery tasks with wakeups)
         except ImportError:  # Celery is an optional extra

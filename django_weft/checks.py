@@ -206,3 +206,11 @@ def check_workflow_errors(app_configs: Any = None, **kwargs: Any) -> list:
             errors.append(Error(f"WEFT_{name} is {value!r}; it must be a positive number of seconds.",
                                 id="weft.E007"))
     return errors
+
+
+@register(Tags.compatibility)
+def check_queues(app_configs: Any = None, **kwargs: Any) -> list:
+    from django_weft.common.queues import configuration_errors
+
+    return [Error(message, hint='e.g. WEFT_QUEUES = {"emails": {"concurrency": 20, "rate": "100/m"}}',
+                  id="weft.E008") for message in configuration_errors()]

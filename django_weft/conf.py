@@ -99,6 +99,9 @@ DEFAULTS: dict[str, Any] = {
     # Takeovers of a run at the same step (its executors keep dying there) before it fails with
     # failure_category "system".
     "MAX_RECOVERY_ATTEMPTS": 10,
+    # Queues that admit runs (weft.start(..., queue=)): name -> {"concurrency": N, "concurrency_per_key": M,
+    # "rate": "100/m", "rate_per_key": "1/s"}; see django_weft.common.queues.
+    "QUEUES": {},
     # The typed, indexed search attributes runs may carry: name -> "int", "keyword", "text", "decimal",
     # "datetime", "bool" or "keyword_list" (see django_weft.common.attributes).
     "SEARCH_ATTRIBUTES": {},

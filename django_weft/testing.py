@@ -44,6 +44,7 @@ from django_weft.services.maintenance import MaintenanceReport, run_maintenance
 from django_weft.services.replay_check import history_run
 from django_weft.services.replay_check import replay as replay_run
 from django_weft.services.schedules import due_schedules
+from django_weft.store import admissions
 
 try:
     import pytest
@@ -127,7 +128,7 @@ class WeftTestEnv:
         total = MaintenanceReport()
         for _ in range(max_passes):
             report = run_maintenance()
-            if not (report.claimed or report.timed_out or report.purged or report.schedules_fired):
+            if not (report.claimed or report.timed_out or report.purged or report.schedules_fired or report.admitted):
                 return total
             total.add(report)
         raise NotIdle(f"runs still runnable after {max_passes} passes at {_moment(clock.now())}: a workflow may "
@@ -200,6 +201,10 @@ class WeftTestEnv:
         candidates = [
             bounded(Workflow.objects.filter(runnable_at__isnull=False), "runnable_at")
             .aggregate(at=Min("runnable_at"))["at"],
+            # A queued run's start time (delayed, debounced); a rate limit's window reopening is
+            # admitted_at + its period.
+            bounded(Workflow.objects.filter(status=RunStatus.QUEUED), "admit_at").aggregate(at=Min("admit_at"))["at"],
+            *self._rate_windows(now, until),
             bounded(Workflow.objects.filter(execution_deadline__isnull=False, finished_at__isnull=True),
                     "execution_deadline").aggregate(at=Min("execution_deadline"))["at"],
         ]
@@ -207,6 +212,21 @@ class WeftTestEnv:
             candidates.append(bounded(due_schedules(), "due_at").values_list("due_at", flat=True).first())
         found = [moment for moment in candidates if moment is not None]
         return min(found) if found else None
+
+    def _rate_windows(self, now: datetime, until: datetime | None) -> list[datetime | None]:
+        """For each queue with ready queued runs held back by a rate limit: when its oldest admission in the
+        window leaves it (an admission pass then admits more)."""
+        moments: list[datetime | None] = []
+        for queue in admissions.queues_with_ready_runs(now):
+            limits = admissions.current_limits(queue)
+            rates = [r for r in (limits.rate, limits.rate_per_key) if r is not None]
+            for rate in rates:
+                period = timedelta(seconds=rate.period)
+                oldest = (Workflow.objects.filter(queue=queue, admitted_at__gt=now - period)
+                          .aggregate(at=Min("admitted_at"))["at"])
+                if oldest is not None and (until is None or oldest + period <= until):
+                    moments.append(oldest + period + timedelta(microseconds=1))
+        return moments
 
     # --- what runs wait for -----------------------------------------------------------------------------
 

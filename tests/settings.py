@@ -21,6 +21,13 @@ WEFT_LEASE_SECONDS = float(os.environ.get("WEFT_LEASE_SECONDS", "30"))
 WEFT_HEARTBEAT_SECONDS = float(os.environ.get("WEFT_HEARTBEAT_SECONDS", "10"))
 WEFT_MAX_RECOVERY_ATTEMPTS = int(os.environ.get("WEFT_MAX_RECOVERY_ATTEMPTS", "10"))
 WEFT_SCHEDULES: dict = {}  # tests create their own schedules
+# The flow-control tests' queues (a test changes their limits at run time with weft.set_queue_limits).
+WEFT_QUEUES = {
+    "tenants": {"concurrency": 5, "concurrency_per_key": 1},
+    "emails": {"concurrency": 2},
+    "limited": {"rate": "50/s"},
+    "open": {},
+}
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 LOGGING = {"version": 1, "disable_existing_loggers": False}
 # The real-broker tests (tests/test_celery_broker.py) use the machine's RabbitMQ unless told otherwise;

@@ -198,7 +198,7 @@ def test_finished_target_conflicts_unless_start_new(weft_env):
     ({"idempotency_key": "k", "workflow_id": "w"}, "not both"),
     ({"signal_id": "s", "on_terminal_conflict": "start_new"}, "explicit workflow_id"),
     ({"idempotency_key": "k", "on_terminal_conflict": "start_new"}, "explicit workflow_id"),
-    ({"signal_id": "s", "priority": 3}, r"unknown option\(s\) \['priority'\]"),
+    ({"signal_id": "s", "debounce": 3}, r"unknown option\(s\) \['debounce'\]"),
     ({"idempotency_key": "k" * 118}, "at most 128 UTF-8 bytes"),
 ])
 def test_start_or_signal_rejects_bad_options_and_writes_nothing(kwargs, message):

@@ -5,7 +5,9 @@ processes alive now) and the HTTP API's keys (create, shown once; revoke)."""
 from django_weft.admin.api_keys import ApiKeyAdmin
 from django_weft.admin.bulk import BulkOperationAdmin
 from django_weft.admin.executors import ExecutorAdmin
+from django_weft.admin.queues import PausedTypeAdmin, QueueStateAdmin
 from django_weft.admin.runs import WorkflowAdmin
 from django_weft.admin.schedules import ScheduleAdmin
 
-__all__ = ["ApiKeyAdmin", "BulkOperationAdmin", "ExecutorAdmin", "ScheduleAdmin", "WorkflowAdmin"]
+__all__ = ["ApiKeyAdmin", "BulkOperationAdmin", "ExecutorAdmin", "PausedTypeAdmin", "QueueStateAdmin", "ScheduleAdmin",
+           "WorkflowAdmin"]

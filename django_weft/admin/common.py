@@ -125,7 +125,7 @@ def span(start: datetime | None, end: datetime | None, *, open_ended: bool = Fal
 
 
 BADGE_COLOURS = {
-    "pending": "#6c757d", "running": "#0d6efd", "waiting": "#6f42c1", "suspended": "#fd7e14",
+    "queued": "#adb5bd", "pending": "#6c757d", "running": "#0d6efd", "waiting": "#6f42c1", "suspended": "#fd7e14",
     "completed": "#198754", "failed": "#dc3545", "cancelled": "#495057", "timed_out": "#b02a37",
     "active": "#198754", "paused": "#fd7e14", "lost": "#d63384",
 }

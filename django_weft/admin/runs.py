@@ -141,7 +141,8 @@ class WorkflowAdmin(OperationsMixin, ReadOnlyMixin, admin.ModelAdmin):
     operations = RUN_OPERATIONS
     list_display = ("workflow_id", "workflow_type", "version", "status_badge", "started_at", "updated_at",
                     "duration", "schedule_link")
-    list_filter = ("status", "failure_category", WorkflowTypeFilter, VersionFilter, TagFilter, "schedule", "created_at")
+    list_filter = ("status", "failure_category", WorkflowTypeFilter, VersionFilter, TagFilter, "queue", "schedule",
+                   "created_at")
     search_fields = ("=workflow_id", "=run_id", "=idempotency_key")
     show_full_result_count = False  # no COUNT(*) over the whole table
     paginator = BoundedPaginator  # nor over a filter's matches: counted up to a cap
@@ -164,6 +165,7 @@ class WorkflowAdmin(OperationsMixin, ReadOnlyMixin, admin.ModelAdmin):
         (_("Lineage"), {"fields": ("parent_link", "children_links", "schedule_link", "scheduled_for",
                                    "restarted_from", "idempotency_key", "tags", "attributes_listing")}),
         (_("Execution"), {"fields": ("lease_owner", "fence", "awaiting_signals", "cancel_requested_at")}),
+        (_("Flow control"), {"fields": ("queue", "concurrency_key", "priority", "admit_at", "admitted_at")}),
     )
     readonly_fields = ("workflow_id", "run_id", "workflow_type", "version", "status_badge", "wait_reason",
                        "failure_category", "termination_reason", "history_length", "input_pretty",
@@ -171,7 +173,7 @@ class WorkflowAdmin(OperationsMixin, ReadOnlyMixin, admin.ModelAdmin):
                        "finished_at", "duration", "runnable_at", "execution_deadline", "parent_link",
                        "children_links", "schedule_link", "scheduled_for", "restarted_from", "idempotency_key",
                        "tags", "attributes_listing", "lease_owner", "fence", "awaiting_signals",
-                       "cancel_requested_at")
+                       "cancel_requested_at", "queue", "concurrency_key", "priority", "admit_at", "admitted_at")
 
     # --- permissions ------------------------------------------------------------------------------
 

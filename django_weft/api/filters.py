@@ -37,6 +37,7 @@ class RunFilters(Body):
     parent: str | None = Field(None, max_length=64, description="The run id of the parent run.")
     failure_category: list[str] | None = Field(None, max_length=MANY, description="Repeat or comma-separate.")
     version: int | None = Field(None, ge=1, le=2**31 - 1)
+    queue: str | None = Field(None, min_length=1, max_length=100, description="A queue ('default': runs of no queue).")
 
     @field_validator("version", mode="before")
     @classmethod
@@ -67,7 +68,7 @@ def to_keywords(given: RunFilters) -> dict[str, Any]:
         values = listed(getattr(given, name))
         if values is not None:
             keywords[keyword] = values
-    for name in ("workflow_id_prefix", "schedule", "parent", "version"):
+    for name in ("workflow_id_prefix", "schedule", "parent", "version", "queue"):
         value = getattr(given, name)
         if value is not None:
             keywords[name] = value

@@ -20,6 +20,7 @@ from django_weft.api.schemas import (
     ERRORS,
     ChangedOut,
     CountOut,
+    FlowStartIn,
     ForkIn,
     ReasonIn,
     RunOut,
@@ -27,7 +28,6 @@ from django_weft.api.schemas import (
     SignalIn,
     SignalName,
     SignalOut,
-    StartIn,
     StartOrSignalIn,
     StartOrSignalOut,
     StartOut,
@@ -67,13 +67,15 @@ def _after_cursor(cursor: str) -> Q:
 
 
 @router.post("runs", response={201: StartOut, **ERRORS}, summary="Start a run")
-def start(request: HttpRequest, body: StartIn) -> Status:
+def start(request: HttpRequest, body: FlowStartIn) -> Status:
     require(request, "add_workflow")
     handle = client.start(body.workflow, body.input, workflow_id=body.workflow_id,
                           idempotency_key=body.idempotency_key, start_after=body.start_after,
                           execution_timeout=body.execution_timeout, tags=body.tags,
                           search_attributes=body.search_attributes or None,
-                          on_terminal_conflict=body.on_terminal_conflict)
+                          on_terminal_conflict=body.on_terminal_conflict, queue=body.queue,
+                          concurrency_key=body.concurrency_key, priority=body.priority, debounce=body.debounce,
+                          on_conflict=body.on_conflict)
     run = handle.refresh()
     return Status(201, {"workflow_id": run.workflow_id, "run_id": run.run_id, "status": run.status})
 
@@ -103,7 +105,8 @@ def start_or_signal(request: HttpRequest, body: StartOrSignalIn) -> Status:
     require(request, "add_workflow")
     require(request, "signal_workflow")
     options = {"start_after": body.start_after, "execution_timeout": body.execution_timeout,
-               "tags": body.tags, "search_attributes": body.search_attributes or None}
+               "tags": body.tags, "search_attributes": body.search_attributes or None, "queue": body.queue,
+               "concurrency_key": body.concurrency_key, "priority": body.priority or None}
     outcome = with_start.start_or_signal(
         body.workflow, body.input, signal=body.signal, payload=body.payload, signal_id=body.signal_id,
         workflow_id=body.workflow_id, idempotency_key=body.idempotency_key,

@@ -34,6 +34,8 @@ QueryName = Annotated[str, _segment("The query handler's name", "cart/items")]
 UpdateName = Annotated[str, _segment("The update handler's name", "cart/add")]
 UpdateId = Annotated[str, _segment("The update's id", "mail/7731")]
 ScheduleId = Annotated[str, _segment("The schedule id", "team/nightly")]
+QueueName = Annotated[str, _segment("The queue's name (of WEFT_QUEUES)", "emails")]
+TypeName = Annotated[str, _segment("The workflow type's registered name", "shop.checkout")]
 
 
 class ErrorOut(Schema):
@@ -70,6 +72,19 @@ class StartIn(Body):
     tags: list[str] = Field(default_factory=list, max_length=64)
     search_attributes: dict[str, Any] = Field(default_factory=dict)
     on_terminal_conflict: Literal["error", "start_new"] = "error"
+    queue: str | None = Field(None, min_length=1, max_length=100,
+                              description="A queue of WEFT_QUEUES: the run waits, queued, until admitted.")
+    concurrency_key: str | None = Field(None, min_length=1, max_length=255,
+                                        description="Counted by the queue's concurrency_per_key and rate_per_key.")
+    priority: int = Field(0, ge=-(2**31 - 1), le=2**31 - 1, description="Lower is admitted first.")
+
+
+class FlowStartIn(StartIn):
+    debounce: float | None = Field(None, gt=0, description="Seconds: a start within the window of a run still "
+                                                           "waiting it out replaces that run's input.")
+    on_conflict: Literal["queue", "skip", "replace"] = Field(
+        "queue", description="A start to a concurrency_key with open runs: queue behind them, skip (answer the "
+                             "oldest), replace (cancel them).")
 
 
 class StartOrSignalIn(StartIn):
@@ -80,6 +95,26 @@ class StartOrSignalIn(StartIn):
     payload: Any = None
     signal_id: str | None = Field(None, min_length=1, max_length=128,
                                   description="With workflow_id: concurrent callers converge on one run, one signal.")
+
+
+class QueueOut(Schema):
+    name: str
+    limits: dict[str, Any] = Field(description="In force: the setting's with the overrides over them.")
+    overrides: dict[str, Any] = Field(description="Set by an operator at run time.")
+    backlog: int = Field(description="Queued runs.")
+    ready: int = Field(description="Queued runs whose start time has come.")
+    admitted: int = Field(description="Admitted runs still open (what concurrency counts).")
+    oldest_wait_seconds: float | None
+    rate_limited: int = Field(description="Ready runs the last admission pass held back for a rate limit.")
+    admitted_total: int
+    paused_types: list[str]
+
+
+class QueueLimitsIn(Body):
+    concurrency: int | None = Field(None, ge=1)
+    concurrency_per_key: int | None = Field(None, ge=1)
+    rate: str | None = Field(None, max_length=32, description='"N/s", "N/m" or "N/h".')
+    rate_per_key: str | None = Field(None, max_length=32)
 
 
 class StartOut(Schema):
@@ -114,6 +149,10 @@ class RunOut(Schema):
     wait_reason: str
     cancel_requested_at: dt.datetime | None = Field(
         description="When its cancel was requested: while the run is open, its code is cleaning up.")
+    queue: str = Field(description='Its queue ("" for none).')
+    concurrency_key: str | None
+    priority: int
+    admitted_at: dt.datetime | None = Field(description="When its queue admitted it.")
     tags: list[str]
     search_attributes: dict[str, Any]
     parent_run_id: uuid.UUID | None
@@ -229,6 +268,8 @@ def run_out(run: Workflow) -> dict[str, Any]:
         "error": run.error, "failure_category": run.failure_category,
         "termination_reason": run.termination_reason, "wait_reason": run.wait_reason,
         "cancel_requested_at": run.cancel_requested_at,
+        "queue": run.queue, "concurrency_key": run.concurrency_key, "priority": run.priority,
+        "admitted_at": run.admitted_at,
         "tags": list(run.tags or []), "search_attributes": as_json(run.search_attributes or {}),
         "parent_run_id": run.parent_id, "restarted_from": run.restarted_from_id,
         "created_at": run.created_at, "started_at": run.started_at, "finished_at": run.finished_at,

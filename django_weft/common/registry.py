@@ -44,6 +44,8 @@ class WorkflowDefinition:
     cleanup_timeout: float | None = None
     # What an exception raised by the code itself does: "fail" the run or "hold" it (None: WEFT_WORKFLOW_ERRORS).
     on_error: str | None = None
+    # The queue (WEFT_QUEUES) its runs start on when the start names none.
+    queue: str | None = None
 
     @property
     def qualified_name(self) -> str:
@@ -60,11 +62,12 @@ def _positional_params(fn: Callable[..., Any]) -> int:
 def workflow(fn: F, /) -> F: ...
 @overload
 def workflow(*, name: str | None = None, version: int = 1, cleanup_timeout: float | timedelta | None = None,
-             on_error: str | None = None) -> Callable[[F], F]: ...
+             on_error: str | None = None, queue: str | None = None) -> Callable[[F], F]: ...
 
 
 def workflow(fn: Any = None, /, *, name: str | None = None, version: int = 1,
-             cleanup_timeout: float | timedelta | None = None, on_error: str | None = None) -> Any:
+             cleanup_timeout: float | timedelta | None = None, on_error: str | None = None,
+             queue: str | None = None) -> Any:
     """Register a workflow: ``@weft.workflow`` or ``@weft.workflow(name="checkout", version=2)``.
 
     The function is called as ``fn(ctx)`` or ``fn(ctx, input)``; the default name is the function's
@@ -73,10 +76,13 @@ def workflow(fn: Any = None, /, *, name: str | None = None, version: int = 1,
     ``cleanup_timeout`` bounds the cleanup of a cancelled run (``with ctx.cleanup():``), counted from the cancel
     request; default WEFT_CLEANUP_TIMEOUT. ``on_error="hold"`` holds a run whose code raises (a bug, not an
     activity's failure, not ``weft.ApplicationError``) instead of failing it, retried with backoff and after each
-    deploy; default WEFT_WORKFLOW_ERRORS ("fail").
+    deploy; default WEFT_WORKFLOW_ERRORS ("fail"). ``queue`` is the queue of WEFT_QUEUES its runs start on when
+    the start names none.
     """
     if on_error not in (None, *ON_ERROR_CHOICES):
         raise ConfigurationError(f"on_error must be one of {', '.join(ON_ERROR_CHOICES)}, got {on_error!r}")
+    if queue is not None and (not isinstance(queue, str) or not queue):
+        raise ConfigurationError(f"a workflow's queue must be the name of a queue of WEFT_QUEUES, got {queue!r}")
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
         raise ConfigurationError(f"a workflow's version must be a positive int, got {version!r}")
     try:
@@ -97,7 +103,7 @@ def workflow(fn: Any = None, /, *, name: str | None = None, version: int = 1,
             raise ConfigurationError(f"workflow name {wf_name!r} must be a string of at most 200 characters "
                                      "without NUL or lone surrogates")
         definition = WorkflowDefinition(name=wf_name, fn=func, takes_input=count == 2, version=version,
-                                        cleanup_timeout=cleanup, on_error=on_error)
+                                        cleanup_timeout=cleanup, on_error=on_error, queue=queue)
         with _lock:
             versions = _workflows.setdefault(wf_name, {})
             existing = versions.get(version)

@@ -37,13 +37,14 @@ def add_filter_arguments(parser: Any) -> None:
     group.add_argument("--failure-category", action="append", choices=FailureCategory.values, metavar="CATEGORY",
                        help=f"One of {', '.join(FailureCategory.values)}. Repeatable.")
     group.add_argument("--version", type=int, metavar="N", help="The workflow version the runs started on.")
+    group.add_argument("--queue", metavar="QUEUE", help="Runs of this queue ('default': of no queue).")
 
 
 def filters_from(options: dict[str, Any]) -> dict[str, Any]:
     """The runs_matching keywords of the options given."""
     filters: dict[str, Any] = {}
     for key in ("status", "type", "workflow_id_prefix", "tags", "schedule", "parent", "failure_category",
-                "version"):
+                "version", "queue"):
         if options.get(key) is not None:
             filters[key] = options[key]
     if options.get("attributes"):

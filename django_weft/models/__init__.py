@@ -25,6 +25,7 @@ from django_weft.models.choices import (
     UpdateStatus,
 )
 from django_weft.models.executors import ActivityHeartbeat, Executor
+from django_weft.models.queues import PausedType, QueueState
 from django_weft.models.runs import AsyncActivity, Signal, StepAttempt, Timer, Workflow, WorkflowStep
 from django_weft.models.schedules import Schedule, ScheduleOccurrence
 from django_weft.models.search import SearchAttributeValue
@@ -44,6 +45,8 @@ __all__ = [
     "OccurrenceOutcome",
     "OverlapPolicy",
     "ParentClosePolicy",
+    "PausedType",
+    "QueueState",
     "RunStatus",
     "Schedule",
     "ScheduleOccurrence",

@@ -7,6 +7,8 @@ from django.utils.translation import gettext_lazy as _
 
 
 class RunStatus(models.TextChoices):
+    # On a queue (WEFT_QUEUES), or of a paused type, or debounced: waits to be admitted (store/admissions.py).
+    QUEUED = "queued", _("Queued")
     PENDING = "pending", _("Pending")
     RUNNING = "running", _("Running")
     WAITING = "waiting", _("Waiting")
@@ -20,6 +22,11 @@ class RunStatus(models.TextChoices):
 
     @classmethod
     def open_values(cls) -> list[str]:
+        return [cls.QUEUED, cls.PENDING, cls.RUNNING, cls.WAITING, cls.SUSPENDED]
+
+    @classmethod
+    def admitted_values(cls) -> list[str]:
+        """Open and past admission: a run in one of these holds a slot of its queue until it ends."""
         return [cls.PENDING, cls.RUNNING, cls.WAITING, cls.SUSPENDED]
 
     @classmethod

@@ -93,6 +93,17 @@ class Workflow(models.Model):
     # Set by a cancel request (handle.cancel, a parent's request_cancel, a lost race): the run's code sees
     # weft.CancelledError and may clean up until execution_deadline (the request + cleanup_timeout).
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    # Flow control (store/admissions.py): the queue (WEFT_QUEUES) that admits the run, "" for none; the key its
+    # concurrency_per_key counts; lower priority first; a queued run is not admitted before admit_at (a delayed
+    # start, a debounce window); admitted_at is when its queue admitted it (its rate limits count these).
+    queue = models.CharField(max_length=100, blank=True, default="", db_default="")
+    concurrency_key = IdentifierField(max_length=255, null=True, blank=True)
+    priority = models.IntegerField(default=0, db_default=0)
+    admit_at = models.DateTimeField(null=True, blank=True)
+    # Start order among runs queued in one process at the same instant (a test's frozen clock, a burst within a
+    # microsecond): FIFO breaks ties of admit_at and created_at by it.
+    queue_order = models.BigIntegerField(default=0, db_default=0)
+    admitted_at = models.DateTimeField(null=True, blank=True)
     cancel_reason = models.TextField(blank=True, default="")
     execution_deadline = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField()
@@ -155,6 +166,11 @@ class Workflow(models.Model):
             # weft.count_runs(group_by="type" | "status" | "failure_category") over many runs, also of one type:
             # an index-only scan of a small index (few distinct keys, deduplicated).
             models.Index(fields=["workflow_type", "status", "failure_category"], name="weft_group_idx"),
+            # Admission: a queue's queued runs in order, its admitted runs counted (per key), its recent admissions.
+            models.Index(fields=["queue", "status", "priority", "admit_at"], name="weft_queue_idx"),
+            models.Index(fields=["queue", "concurrency_key", "status"], name="weft_queue_key_idx"),
+            models.Index(fields=["queue", "admitted_at"], condition=Q(admitted_at__isnull=False),
+                         name="weft_admitted_idx"),
         ]
 
     def __str__(self) -> str:

@@ -21,14 +21,15 @@ from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from django.db import connections
-from django.db.models import Min
+from django.db.models import Count, Min, Q
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from django_weft.common import clock
+from django_weft.common.queues import NO_QUEUE
 from django_weft.conf import weft_settings
-from django_weft.models import Schedule, ScheduleStatus, Timer, Workflow
+from django_weft.models import QueueState, RunStatus, Schedule, ScheduleStatus, Timer, Workflow
 from django_weft.observability.access import bearer_token, is_metrics_token
 
 logger = logging.getLogger("django_weft.metrics")
@@ -125,6 +126,42 @@ class DatabaseGauges:
         due = Schedule.objects.filter(status=ScheduleStatus.ACTIVE, due_at__isnull=False, due_at__lte=now)
         yield _gauge("weft_schedule_lag_seconds", "How late the most overdue active schedule is (0: none).",
                      _age(now, due.aggregate(soonest=Min("due_at"))["soonest"]))
+        yield from _queue_gauges(now)
+
+
+def _queue_gauges(now: datetime) -> Iterator[Metric]:
+    """Per queue (WEFT_QUEUES; "default" for queued runs of no queue): backlog, admitted, oldest wait, the runs a
+    rate limit holds back, admissions ever."""
+    queued = Q(status=RunStatus.QUEUED)
+    rows = (Workflow.objects.filter(status__in=[RunStatus.QUEUED, *RunStatus.admitted_values()])
+            .exclude(queue="", status__in=RunStatus.admitted_values()).values("queue").order_by()
+            .annotate(backlog=Count("pk", filter=queued),
+                      admitted=Count("pk", filter=~queued),
+                      oldest=Min("admit_at", filter=queued & Q(admit_at__lte=now))))
+    by_queue = {row["queue"] or NO_QUEUE: row for row in rows}
+    states = {state.name: state for state in QueueState.objects.all()}
+    names = sorted(set(by_queue) | set(states))
+    families = {
+        "backlog": GaugeMetricFamily("weft_queue_backlog", "Queued runs, by queue.", labels=["queue"]),
+        "admitted": GaugeMetricFamily("weft_queue_admitted", "Admitted runs still open, by queue.", labels=["queue"]),
+        "oldest": GaugeMetricFamily("weft_queue_oldest_wait_seconds",
+                                    "How long the longest-waiting ready queued run has waited (0: none).",
+                                    labels=["queue"]),
+        "rate_limited": GaugeMetricFamily("weft_queue_rate_limited",
+                                          "Ready runs the last admission pass held back for a rate limit.",
+                                          labels=["queue"]),
+    }
+    admissions = CounterMetricFamily("weft_queue_admissions", "Runs admitted, by queue.", labels=["queue"])
+    for name in names:
+        row = by_queue.get(name, {})
+        families["backlog"].add_metric([name], row.get("backlog", 0))
+        families["admitted"].add_metric([name], row.get("admitted", 0))
+        families["oldest"].add_metric([name], _age(now, row.get("oldest")))
+        state = states.get(name)
+        families["rate_limited"].add_metric([name], state.rate_limited if state else 0)
+        admissions.add_metric([name], state.admitted_total if state else 0)
+    yield from families.values()
+    yield admissions
 
 
 def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:

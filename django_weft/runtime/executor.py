@@ -229,8 +229,11 @@ def _count_recovery(claim: transitions.Claim, progress: int) -> str | None:
 def _continue(claim: transitions.Claim, data: bytes) -> str:
     """The run continues as new: the next run of its workflow id, with the newest version of its type."""
     run = claim.run
+    # It keeps its predecessor's place on its queue: admitted, never queued again.
     following = prepare_run(get_workflow(run.workflow_type), workflow_id=run.workflow_id, tags=run.tags,
-                            search_attributes=attributes.from_json(run.search_attributes))
+                            search_attributes=attributes.from_json(run.search_attributes),
+                            queue=run.queue or None, concurrency_key=run.concurrency_key, priority=run.priority,
+                            admitted=True)
     following.input = data
     following.restarted_from = run
     following.schedule_id = run.schedule_id

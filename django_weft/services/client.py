@@ -28,7 +28,7 @@ from django_weft.exceptions import (
     WorkflowTimedOut,
 )
 from django_weft.models import RunStatus, Workflow
-from django_weft.services import liveness, queries, result_waiters
+from django_weft.services import flow_starts, liveness, queries, result_waiters
 from django_weft.store import (
     forks,
     inbox,
@@ -236,6 +236,7 @@ def _outcome(run: Workflow) -> Any:
 
 
 def delayed_until(run: Workflow) -> datetime | None:
+    """When a delayed start begins (a queued run has none: its admit_at holds its start time)."""
     return run.runnable_at if run.runnable_at is not None and run.runnable_at > run.created_at else None
 
 
@@ -259,6 +260,11 @@ def start(
     tags: Iterable[str] = (),
     search_attributes: dict[str, Any] | None = None,
     on_terminal_conflict: str = "error",
+    queue: str | None = None,
+    concurrency_key: str | None = None,
+    priority: int = 0,
+    debounce: float | timedelta | None = None,
+    on_conflict: str = "queue",
 ) -> WorkflowHandle:
     """Start a run of ``workflow`` (the decorated function or its registered name).
 
@@ -267,15 +273,33 @@ def start(
     ``on_terminal_conflict="start_new"``. ``idempotency_key`` makes the call safe to repeat: every call
     with the same key returns the same run (IdempotencyKeyPurged once that run was purged). All checks happen
     before anything is written.
+
+    Flow control: on ``queue`` (of WEFT_QUEUES; default: the type's ``@weft.workflow(queue=)``) the run is
+    ``queued`` until its queue admits it, lower ``priority`` first, its ``concurrency_key`` counted by the queue's
+    ``concurrency_per_key``. ``debounce`` (with an idempotency_key or a concurrency_key): a start within the
+    window of a run still waiting it out gives that run this input and starts its window again.
+    ``on_conflict`` for a start whose concurrency_key has open runs: "queue" behind them, "skip" (return the
+    oldest), "replace" (cancel them, then queue).
     """
     definition = get_workflow(workflow)
     check_terminal_conflict(on_terminal_conflict, workflow_id)
+    window = flow_starts.check_flow_options(debounce=debounce, on_conflict=on_conflict, workflow_id=workflow_id,
+                                            idempotency_key=idempotency_key, concurrency_key=concurrency_key)
     run = prepare_run(definition, input, workflow_id=workflow_id, idempotency_key=idempotency_key,
                       start_at=start_at, start_after=start_after, execution_timeout=execution_timeout,
-                      tags=tags, search_attributes=search_attributes)
-    insert_new(run, workflow_id, on_terminal_conflict,
-               lambda: transitions.insert_run(run, delayed_until=delayed_until(run)))
-    return WorkflowHandle(run.workflow_id, run.run_id)
+                      tags=tags, search_attributes=search_attributes, queue=queue,
+                      concurrency_key=concurrency_key, priority=priority)
+
+    def insert() -> bool:
+        return insert_new(run, workflow_id, on_terminal_conflict,
+                          lambda: transitions.insert_run(run, delayed_until=delayed_until(run)))
+
+    if window is None and on_conflict == "queue":
+        insert()
+        return WorkflowHandle(run.workflow_id, run.run_id)
+    workflow_id_got, run_id, _ = flow_starts.start_with_flow_options(run, debounce=window, on_conflict=on_conflict,
+                                                                     insert=insert)
+    return WorkflowHandle(workflow_id_got, run_id)
 
 
 def insert_new(run: Workflow, workflow_id: str | None, on_terminal_conflict: str, insert: Callable[[], Any]) -> bool:

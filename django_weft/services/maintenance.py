@@ -26,7 +26,7 @@ from django_weft.runtime import executor
 from django_weft.runtime.lease_keeper import LeaseKeeper
 from django_weft.services import liveness
 from django_weft.services.schedule_tick import due_schedules, fire_due_schedules, next_due_at, purge_history
-from django_weft.store import inbox, spent_keys, transitions, wakeups
+from django_weft.store import admissions, inbox, spent_keys, transitions, wakeups
 
 logger = logging.getLogger("django_weft.maintenance")
 
@@ -44,6 +44,7 @@ class MaintenanceReport:
     outcomes: Counter = field(default_factory=Counter)  # completed / failed / waiting / released / lost ...
     timed_out: int = 0
     schedules_fired: int = 0  # runs started by schedule ticks
+    admitted: int = 0  # queued runs their queues admitted
     purged: int = 0
     dispatched: int = 0  # django_weft.drive tasks sent (WEFT_EXECUTOR = "celery")
 
@@ -153,7 +154,8 @@ def execute_runnable(now: datetime | None, report: MaintenanceReport, owner: str
 def run_maintenance(now: datetime | None = None) -> MaintenanceReport:
     """One synchronous pass, in the calling thread, of everything the loop does.
 
-    Times out runs past their deadline, fires due schedules, executes every runnable run until it parks
+    Times out runs past their deadline, fires due schedules, admits queued runs as their queues allow (runs
+    admitted while it executes, as slots free, are executed too), executes every runnable run until it parks
     or finishes (timers, delayed starts and expired leases that are due included), and applies
     retention, all as if the time were ``now`` (default: the real clock).
     """
@@ -162,6 +164,7 @@ def run_maintenance(now: datetime | None = None) -> MaintenanceReport:
         moment = clock.now()
         report.timed_out = time_out_expired(moment)
         report.schedules_fired = fire_due_schedules(moment)
+        report.admitted = admissions.admit_all(moment)
         execute_runnable(None if now is None else moment, report, default_owner())  # moment: now in UTC
         report.purged = purge_finished(moment)
     return report
@@ -237,12 +240,15 @@ def tick_when_due() -> int:
 
 
 def maintenance_pass(now: datetime, *, window: float, purge: bool = True) -> MaintenanceReport:
-    """Everything but executing runs: time out runs past their deadline, tick due schedules, apply
+    """Everything but executing runs: time out runs past their deadline, tick due schedules, admit queued runs
+    their queues allow (store/admissions: also after every start and end on a queue; this pass covers rate
+    windows that reopen, delayed and debounced starts, resumed types, changed limits, failed passes), apply
     retention (``purge``) and, with WEFT_EXECUTOR = "celery", deliver what no task covers (see
     :func:`dispatch_to_celery`). ``window`` is the time until the next pass, in seconds."""
     report = MaintenanceReport()
     report.timed_out = time_out_expired(now)
     report.schedules_fired = fire_due_schedules(now)
+    report.admitted = admissions.admit_all(now)
     if wakeups.celery_executes():
         report.dispatched = dispatch_to_celery(now, window)
     if purge:

@@ -27,13 +27,14 @@ from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from django_weft.common import attributes
+from django_weft.common.queues import NO_QUEUE
 from django_weft.common.registry import get_workflow
 from django_weft.common.storable import check_text
 from django_weft.exceptions import InvalidArgument, WorkflowNotRegistered
 from django_weft.models import FailureCategory, RunStatus, SearchAttributeValue, Workflow
 
 FILTERS = ("status", "type", "workflow_id_prefix", "tags", "attributes", "created_after", "created_before",
-           "schedule", "parent", "failure_category", "version")
+           "schedule", "parent", "failure_category", "version", "queue")
 LOOKUPS = ("exact", "gt", "gte", "lt", "lte", "in", "contains")
 GROUPS = ("status", "type", "failure_category", "version")
 
@@ -43,8 +44,9 @@ def runs_matching(*, status: str | Iterable[str] | None = None, type: Any = None
                   attributes: dict[str, Any] | None = None, created_after: datetime | None = None,
                   created_before: datetime | None = None, schedule: Any = None, parent: Any = None,
                   failure_category: str | Iterable[str] | None = None,
-                  version: int | None = None) -> QuerySet[Workflow]:
-    """The runs every given filter matches (unordered)."""
+                  version: int | None = None, queue: str | None = None) -> QuerySet[Workflow]:
+    """The runs every given filter matches (unordered). ``queue``: a queue's name ("default": runs of no
+    queue)."""
     runs: QuerySet[Workflow] = Workflow.objects.all()
     if status is not None:
         runs = runs.filter(status__in=_choices(status, RunStatus.values, "status"))
@@ -78,6 +80,11 @@ def runs_matching(*, status: str | Iterable[str] | None = None, type: Any = None
         if isinstance(version, bool) or not isinstance(version, int) or version < 1:
             raise InvalidArgument(f"version must be an int >= 1, got {version!r}")
         runs = runs.filter(version=version)
+    if queue is not None:
+        if not isinstance(queue, str) or not queue:
+            raise InvalidArgument(f"queue must be a queue's name, got {queue!r}")
+        check_text(queue, "queue")
+        runs = runs.filter(queue="" if queue == NO_QUEUE else queue)
     return runs
 
 

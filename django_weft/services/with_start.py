@@ -53,7 +53,8 @@ class StartOrSignalResult(_HandleAndOutcome):
         return f"StartOrSignalResult(handle={self.handle!r}, outcome={self.outcome!r}, delivered={self.delivered!r})"
 
 
-START_OPTIONS = frozenset({"start_at", "start_after", "execution_timeout", "tags", "search_attributes"})
+START_OPTIONS = frozenset({"start_at", "start_after", "execution_timeout", "tags", "search_attributes", "queue",
+                           "concurrency_key", "priority"})
 RACE_RETRIES = 5
 
 

@@ -22,9 +22,11 @@ from django_weft.models import RunStatus, Timer, TimerPurpose, Workflow
 
 
 @cache
-def _sql(one_run: bool) -> str:
+def _sql(one_run: bool, of_queues: bool = False) -> str:
     runs, timers = Workflow._meta.db_table, Timer._meta.db_table
     only = ' AND "run_id" = %s' if one_run else ""
+    if of_queues:
+        only += ' AND "queue" = ANY(%s)'
     return f'''
         WITH picked AS (
             SELECT "run_id", "status", "lease_owner", "started_at", "runnable_at", "created_at" FROM "{runs}"
@@ -51,26 +53,31 @@ Claimed = tuple[Workflow, str, str, bool]
 
 
 def claim_in_one_statement(owner: str, now: datetime, limit: int, run_id: Any,
-                           lease_expiry: datetime) -> list[Claimed] | None:
+                           lease_expiry: datetime, queues: list[str] | None = None) -> list[Claimed] | None:
     """The claimed runs; None where this does not apply (another database, or inside a transaction, which the
     ORM's claim joins)."""
     alias = router.db_for_write(Workflow)
     connection = connections[alias]
     if connection.vendor != "postgresql" or connection.in_atomic_block:
         return None
-    params: list[Any] = [now, *([run_id] if run_id is not None else []), limit, now, RunStatus.PENDING,
+    params: list[Any] = [now, *([run_id] if run_id is not None else []), *([queues] if queues is not None else []),
+                         limit, now, RunStatus.PENDING,
                          TimerPurpose.DELAYED_START, RunStatus.RUNNING, owner, lease_expiry, now, now]
-    rows: Any = Workflow.objects.using(alias).raw(_sql(run_id is not None), params)  # with 3 more columns each
+    # Each row comes with 3 more columns.
+    rows: Any = Workflow.objects.using(alias).raw(_sql(run_id is not None, queues is not None), params)
     return [(row, row.weft_previous_status, row.weft_previous_owner, row.weft_fresh) for row in rows]
 
 
-def claim_with_the_orm(owner: str, now: datetime, limit: int, run_id: Any, lease: datetime) -> list[Claimed]:
+def claim_with_the_orm(owner: str, now: datetime, limit: int, run_id: Any, lease: datetime,
+                       queues: list[str] | None = None) -> list[Claimed]:
     """The claim in a transaction (other databases, or inside the caller's transaction), returning what
     :func:`claim_in_one_statement` does."""
     with transaction.atomic():
         runnable = Workflow.objects.runnable(now)
         if run_id is not None:
             runnable = runnable.filter(pk=run_id)
+        if queues is not None:
+            runnable = runnable.filter(queue__in=queues)
         # SKIP LOCKED: concurrent claimers take disjoint pages instead of queueing on the same rows.
         rows = list(runnable.order_by("runnable_at").select_for_update(skip_locked=True)[:limit])
         if not rows:

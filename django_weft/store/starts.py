@@ -6,20 +6,22 @@ so one set of rules (and one error per bad option) holds for every way a run beg
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
-from django_weft.common import attributes, clock
+from django_weft.common import attributes, clock, queues
 from django_weft.common.codec import encode
 from django_weft.common.durations import check_moment, to_seconds
 from django_weft.common.registry import WorkflowDefinition
 from django_weft.common.storable import check_text
 from django_weft.exceptions import InvalidArgument
-from django_weft.models import Workflow
+from django_weft.models import RunStatus, Workflow
 from django_weft.models.instances import new_instance
 from django_weft.observability import events
+from django_weft.store import admissions
 
 MAX_ID_LENGTH = 255
 MAX_TAGS = 64
@@ -86,8 +88,16 @@ def prepare_run(
     execution_timeout: float | timedelta | None = None,
     tags: Iterable[str] = (),
     search_attributes: dict[str, Any] | None = None,
+    queue: str | None = None,
+    concurrency_key: str | None = None,
+    priority: int = 0,
+    admitted: bool = False,
 ) -> Workflow:
-    """Validate start options and build the (unsaved) run; raises before anything is written."""
+    """Validate start options and build the (unsaved) run; raises before anything is written.
+
+    A run on a queue (``queue``, or its type's default), or of a paused type, is prepared queued: admitted by
+    its queue (store/admissions) from its start time on. ``admitted`` (a run that continues as new keeps its
+    predecessor's slot) prepares it pending whatever its queue."""
     if workflow_id is not None and idempotency_key is not None:
         raise InvalidArgument("pass workflow_id or idempotency_key, not both: an idempotent start picks its own id")
     if workflow_id is not None:
@@ -103,6 +113,7 @@ def prepare_run(
     timeout_seconds = (None if execution_timeout is None
                        else to_seconds(execution_timeout, "execution_timeout", allow_zero=False))
     delay_seconds = None if start_after is None else to_seconds(start_after, "start_after", allow_zero=True)
+    queue_name = check_queue_options(definition, queue, concurrency_key, priority, known=not admitted)
     encoded_input = encode(input, what=f"input of workflow {definition.name!r}")
 
     now = clock.now()
@@ -113,7 +124,8 @@ def prepare_run(
         raise InvalidArgument(f"start_at {begins.isoformat()} plus execution_timeout {timeout_seconds:g}s is past "
                               "the last representable date") from None
     run_id = uuid.uuid4()
-    return new_instance(Workflow, dict(
+    queued = not admitted and (bool(queue_name) or definition.name in admissions.paused_types())
+    run = new_instance(Workflow, dict(
         run_id=run_id,
         workflow_id=workflow_id or str(run_id),
         workflow_type=definition.name,
@@ -127,4 +139,34 @@ def prepare_run(
         created_at=now,
         updated_at=now,
         trace_context=events.trace_context(),  # its executions link to the trace that started it
+        queue=queue_name,
+        concurrency_key=concurrency_key,
+        priority=priority,
     ))
+    if queued:
+        run.status, run.admit_at, run.runnable_at = RunStatus.QUEUED, begins, None
+        run.queue_order = next(_queue_order)
+    return run
+
+
+_queue_order = itertools.count(1)
+
+
+MAX_PRIORITY = 2**31 - 1
+
+
+def check_queue_options(definition: WorkflowDefinition, queue: str | None, concurrency_key: Any,
+                        priority: Any, *, known: bool = True) -> str:
+    """The queue a run of ``definition`` starts on ("" for none), its options checked (``known``: the queue
+    must be one of WEFT_QUEUES now; a run continuing as new keeps its queue even if it has gone since)."""
+    name = definition.queue if queue is None else queue
+    if name is not None and known:
+        queues.check_queue_name(name)
+    if concurrency_key is not None:
+        check_id(concurrency_key, "concurrency_key")
+        if name is None:
+            raise InvalidArgument("concurrency_key needs a queue: the queue's concurrency_per_key counts it")
+    if not isinstance(priority, int) or isinstance(priority, bool) or not -MAX_PRIORITY <= priority <= MAX_PRIORITY:
+        raise InvalidArgument(f"priority must be an int between {-MAX_PRIORITY} and {MAX_PRIORITY} (lower is "
+                              f"admitted first), got {priority!r}")
+    return name or ""

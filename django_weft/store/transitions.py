@@ -41,13 +41,15 @@ from django_weft.models import (
     WorkflowUpdate,
 )
 from django_weft.observability import events
-from django_weft.store import claim_statement, inbox, journal, lock_retries, search_rows, wakeups
+from django_weft.store import admissions, claim_statement, inbox, journal, lock_retries, search_rows, wakeups
 from django_weft.store.leases import lease_expiry as _lease_expiry
 
 logger = logging.getLogger("django_weft.transitions")
 
 S = RunStatus
 ALLOWED: dict[str, frozenset[str]] = {
+    # Admission (store/admissions) makes a queued run pending; until then it can only be ended.
+    S.QUEUED: frozenset({S.PENDING, S.CANCELLED, S.TIMED_OUT}),
     S.PENDING: frozenset({S.RUNNING, S.SUSPENDED, S.CANCELLED, S.TIMED_OUT}),
     S.RUNNING: frozenset({S.RUNNING, S.WAITING, S.SUSPENDED, S.COMPLETED, S.FAILED, S.CANCELLED, S.TIMED_OUT}),
     S.WAITING: frozenset({S.RUNNING, S.SUSPENDED, S.CANCELLED, S.TIMED_OUT}),
@@ -92,7 +94,14 @@ def can_transition(current: str, target: str) -> bool:
 
 
 def insert_run(run: Workflow, *, delayed_until: datetime | None) -> Workflow:
-    """Insert a new run (inside the caller's transaction). Pending until claimed."""
+    """Insert a new run (inside the caller's transaction). Pending until claimed; or, prepared queued (see
+    store/starts), queued until its queue admits it, which a pass after the commit tries at once."""
+    if run.status == S.QUEUED:
+        journal.insert_row(run)
+        search_rows.insert_for(run)
+        admissions.admit_after_commit(run.queue)
+        events.run_event(signals.workflow_started, run)
+        return run
     run.status = S.PENDING
     journal.insert_row(run)
     search_rows.insert_for(run)
@@ -146,13 +155,15 @@ class Claim:
 
 
 @lock_retries.retrying("claim")
-def claim(owner: str, now: datetime, limit: int, *, run_id: Any = None) -> list[Claim]:
+def claim(owner: str, now: datetime, limit: int, *, run_id: Any = None,
+          queues: list[str] | None = None) -> list[Claim]:
     """Take up to ``limit`` runnable runs (due timers, delayed starts, expired leases) for ``owner``;
-    with ``run_id``, that run only, if it is runnable."""
+    with ``run_id``, that run only, if it is runnable; with ``queues``, runs of those queues only ("" for
+    runs of no queue)."""
     lease = _lease_expiry(now)
-    claimed = claim_statement.claim_in_one_statement(owner, now, limit, run_id, lease)
+    claimed = claim_statement.claim_in_one_statement(owner, now, limit, run_id, lease, queues)
     if claimed is None:
-        claimed = claim_statement.claim_with_the_orm(owner, now, limit, run_id, lease)
+        claimed = claim_statement.claim_with_the_orm(owner, now, limit, run_id, lease, queues)
     return [Claim(run=row, fence=row.fence, owner=owner, previous_status=previous, previous_owner=previous_owner,
                   fresh=fresh, inbox_seen=row.inbox_seq, lease_until=lease,
                   cancel_requested=row.cancel_requested_at is not None)
@@ -186,6 +197,8 @@ def _fenced_write(claim: Claim, now: datetime, writes: Sequence[journal.JournalW
             raise _refused(claim)
         if fast is True:  # committed: one statement, outside any transaction
             journal.announce(run, pending, committed=True)
+            if closing is not None and run.queue:
+                admissions.admit_after_commit(run.queue)  # its slot is free
             return
     with transaction.atomic():
         if touches_others:
@@ -198,6 +211,8 @@ def _fenced_write(claim: Claim, now: datetime, writes: Sequence[journal.JournalW
         if closing is not None and touches_others:
             run.status = closing
             _after_close(run, now)
+        elif closing is not None and run.queue:
+            admissions.admit_after_commit(run.queue)
 
 
 @lock_retries.retrying_held("commit")
@@ -395,6 +410,8 @@ def _after_close(run: Workflow, now: datetime) -> None:
     if run.schedule_id is not None:
         for hook in _schedule_run_closed:
             hook(run, now)
+    if run.queue:
+        admissions.admit_after_commit(run.queue)  # its slot is free
 
 
 def _close_children(run: Workflow, now: datetime, reason: str) -> None:
@@ -426,10 +443,10 @@ def _request_cancel(run: Workflow, now: datetime, reason: str, termination_reaso
     """Request the cancel of ``run`` (locked): its code sees weft.CancelledError where it waits (or at its next
     durable call) and may clean up until the request + its cleanup_timeout, after which it is terminated. A run
     whose code has not run yet (pending, never started) or is paused by an operator (suspended) has nothing to
-    clean up and is cancelled at once. A second request changes nothing."""
+    clean up and is cancelled at once, as is a queued one. A second request changes nothing."""
     if run.cancel_requested_at is not None:
         return
-    if run.status == S.SUSPENDED or (run.status == S.PENDING and run.started_at is None):
+    if run.status in (S.SUSPENDED, S.QUEUED) or (run.status == S.PENDING and run.started_at is None):
         close_from_outside(run, S.CANCELLED, now, cancel_error(reason), termination_reason=termination_reason)
         return
     deadline = now + timedelta(seconds=_cleanup_timeout(run))

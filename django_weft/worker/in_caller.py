@@ -19,6 +19,7 @@ from django.db import transaction
 
 from django_weft.common.registry import get_workflow
 from django_weft.exceptions import InvalidArgument
+from django_weft.models import RunStatus
 from django_weft.runtime import executor
 from django_weft.runtime.lease_keeper import LeaseKeeper
 from django_weft.services import client
@@ -61,7 +62,8 @@ def run(
     use ``weft.start``). Each step commits on its own, so call it outside ``transaction.atomic()``. Errors of
     the workflow end the run, as under an executor, and are not raised here: ``handle.result()`` returns or
     raises them (at once for a run that finished). An idempotency key that already started a run returns that
-    run's handle without executing anything.
+    run's handle without executing anything. A run on a queue (its type's default) or of a paused type is
+    queued as by ``weft.start`` and left to the executors once admitted.
     """
     connection = transaction.get_connection()
     if connection.in_atomic_block or not connection.get_autocommit():
@@ -73,6 +75,12 @@ def run(
     prepared = prepare_run(definition, input, workflow_id=workflow_id, idempotency_key=idempotency_key,
                            execution_timeout=execution_timeout, tags=tags, search_attributes=search_attributes)
     claims: list[transitions.Claim] = []
+    if prepared.status == RunStatus.QUEUED:
+        # On a queue (its type's default) or of a paused type: it waits for admission like any start, and an
+        # executor runs it; only an admitted run may execute.
+        client.insert_new(prepared, workflow_id, on_terminal_conflict,
+                          lambda: transitions.insert_run(prepared, delayed_until=None))
+        return client.WorkflowHandle(prepared.workflow_id, prepared.run_id)
 
     def insert() -> None:
         claims[:] = [transitions.insert_claimed_run(prepared, default_owner())]  # the last try's, if retried

@@ -40,10 +40,12 @@ RETENTION_EVERY_SECONDS = 60.0
 
 
 class Worker:
-    def __init__(self, *, threads: int = 1, interval: float | None = None) -> None:
+    def __init__(self, *, threads: int = 1, interval: float | None = None, queues: list[str] | None = None) -> None:
         if threads < 0:
             raise ValueError("executor threads cannot be negative")
         self.threads = threads
+        # The queues whose runs its executors claim ("" for runs of no queue); None: every run.
+        self.queues = queues
         self.interval = weft_settings.POLL_INTERVAL if interval is None else interval
         self.stop_event = threading.Event()
         self.outcomes: Counter = Counter()
@@ -108,7 +110,7 @@ class Worker:
                 report = maintenance_pass(now, window=self.interval, purge=purge)
                 if purge:
                     last_purge = stamp
-                if report.timed_out or report.schedules_fired or report.purged or report.dispatched:
+                if report.timed_out or report.schedules_fired or report.purged or report.dispatched or report.admitted:
                     logger.info("maintenance: %s", report)
             except Exception:
                 logger.exception("maintenance pass failed; retrying")
@@ -120,7 +122,8 @@ class Worker:
             while not self.stopping:
                 rung = self.run_bell.generation  # a ring from here on cuts the idle wait short
                 try:
-                    claims = transitions.claim(owner, clock.now(), weft_settings.CLAIM_BATCH_SIZE)
+                    claims = transitions.claim(owner, clock.now(), weft_settings.CLAIM_BATCH_SIZE,
+                                               queues=self.queues)
                 except Exception:
                     logger.exception("claiming runs failed; retrying in %ss", ERROR_BACKOFF_SECONDS)
                     close_old_connections()

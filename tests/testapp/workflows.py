@@ -323,6 +323,7 @@ from . import (  # noqa: E402,F401
     fork_workflows,
     hardening_workflows,
     query_workflows,
+    queue_workflows,
     schedule_workflows,
     soak_workflows,
     update_process_workflows,

@@ -11,6 +11,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError
 
 from django_weft.common import clock
+from django_weft.common.queues import NO_QUEUE, configured
 from django_weft.conf import weft_settings
 from django_weft.exceptions import ConfigurationError
 from django_weft.models import Schedule, ScheduleStatus
@@ -38,6 +39,9 @@ class Command(BaseCommand):
         parser.add_argument("--no-execute", action="store_true",
                             help="Maintenance only (timeouts, schedules, retention, Celery deliveries); "
                                  "execute no runs. For projects where Celery executes (WEFT_EXECUTOR).")
+        parser.add_argument("--queues", default=None,
+                            help="Execute only runs of these queues of WEFT_QUEUES (comma-separated; "
+                                 f"'{NO_QUEUE}' names runs started without a queue). Default: every run.")
         parser.add_argument("--install-beat", action="store_true",
                             help="Create or update the django-celery-beat periodic task that runs the "
                                  "maintenance pass as the Celery task django_weft.services.maintenance, and exit.")
@@ -52,7 +56,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, once: bool, workers: int, interval: float | None, no_execute: bool,
                install_beat: bool, every: int, metrics_port: int | None = None, metrics_addr: str = "127.0.0.1",
-               **options: Any) -> None:
+               queues: str | None = None, **options: Any) -> None:
         if install_beat:
             self.handle_install_beat(every)
             return
@@ -60,6 +64,9 @@ class Command(BaseCommand):
             raise CommandError("--workers must be at least 1")
         if interval is not None and interval <= 0:
             raise CommandError("--interval must be positive")
+        served = None if queues is None else self.served_queues(queues)
+        if served is not None and once:
+            raise CommandError("--queues selects what the loop executes; it does not combine with --once")
         if not no_execute:
             self.wake_held_runs()
         if once:
@@ -72,7 +79,7 @@ class Command(BaseCommand):
             return
         server = self.serve_metrics(metrics_port, metrics_addr) if metrics_port is not None else None
         self.sync_schedules()
-        worker = Worker(threads=0 if no_execute else workers, interval=interval)
+        worker = Worker(threads=0 if no_execute else workers, interval=interval, queues=served)
 
         def on_signal(signum: int, frame: Any) -> None:
             # A second SIGTERM/SIGINT must end the process at once whatever the main thread is blocked in,
@@ -86,6 +93,8 @@ class Command(BaseCommand):
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
         what = "maintenance only (--no-execute)" if no_execute else f"{workers} executor thread(s)"
+        if served is not None and not no_execute:
+            what += " for queues " + ", ".join(name or NO_QUEUE for name in served)
         wakeups = "LISTEN/NOTIFY wake-ups" if worker.listener is not None else f"polling every {worker.interval}s"
         self.stdout.write(f"weft_maintenance: running with {what}, {wakeups}; pid {os.getpid()}")
         self.stdout.flush()
@@ -95,6 +104,19 @@ class Command(BaseCommand):
             if server is not None:
                 server.shutdown()
         self.stdout.write(f"weft_maintenance: stopped ({dict(worker.outcomes)})")
+
+    def served_queues(self, value: str) -> list[str]:
+        """--queues as the claim takes them ("" for runs of no queue); CommandError for an unknown name."""
+        names = [name.strip() for name in value.split(",") if name.strip()]
+        if not names:
+            raise CommandError("--queues needs at least one queue name")
+        known = set(configured())
+        unknown = [name for name in names if name != NO_QUEUE and name not in known]
+        if unknown:
+            raise CommandError(f"--queues: {', '.join(map(repr, unknown))} not in WEFT_QUEUES (known: "
+                               f"{', '.join(map(repr, sorted(known))) or 'none'}; '{NO_QUEUE}' is runs without "
+                               "a queue)")
+        return ["" if name == NO_QUEUE else name for name in names]
 
     def wake_held_runs(self) -> None:
         """This process may run newly deployed code: runs held because their code raised are tried again now."""

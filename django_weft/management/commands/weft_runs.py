@@ -19,7 +19,7 @@ from django_weft.common.codec import MAX_DEPTH
 from django_weft.exceptions import WeftError
 from django_weft.management import runs_cli
 from django_weft.models import Workflow
-from django_weft.services import bulk
+from django_weft.services import bulk, queues
 from django_weft.services.client import WorkflowHandle
 from django_weft.services.visibility import list_runs
 
@@ -69,6 +69,12 @@ class Command(BaseCommand):
         fork.add_argument("run_id", metavar="RUN_ID", help="A run id, or a workflow id (its latest run).")
         fork.add_argument("--from-step", type=int, required=True, metavar="N")
         fork.add_argument("--workflow-id", default=None, help="The new run's workflow id (default: derived).")
+        commands.add_parser("queues", help="Each queue: backlog, admitted runs, limits, oldest wait, rate-limited.")
+        pause = commands.add_parser("pause-type", help="Stop admitting runs of a workflow type (weft.pause_type).")
+        pause.add_argument("workflow_type", metavar="WORKFLOW")
+        pause.add_argument("--reason", default="")
+        resume = commands.add_parser("resume-type", help="Admit runs of a paused workflow type again.")
+        resume.add_argument("workflow_type", metavar="WORKFLOW")
         for sub in commands.choices.values():
             sub.add_argument("--json", action="store_true", dest="as_json",
                              help="Print one JSON document (for scripts).")
@@ -78,7 +84,7 @@ class Command(BaseCommand):
             if action in BULK:
                 self.do_bulk(action, options)
             else:
-                getattr(self, f"do_{action}")(**options)
+                getattr(self, f"do_{action.replace('-', '_')}")(**options)
         except WeftError as exc:
             raise CommandError(str(exc)) from None
 
@@ -102,6 +108,28 @@ class Command(BaseCommand):
         self.stdout.write(runs_cli.table(rows, LIST_COLUMNS))
         if more:
             self.stdout.write(f"(first {limit} shown; more match: narrow the filters or raise --limit)")
+
+    def do_queues(self, *, as_json: bool, **options: Any) -> None:
+        infos = queues.list_queues()
+        paused = queues.paused_types()
+        if as_json:
+            self.emit({"queues": [info.as_dict() for info in infos], "paused_types": paused})
+            return
+        rows = [{"queue": info.name, "queued": info.backlog, "ready": info.ready, "admitted": info.admitted,
+                 "limits": ", ".join(f"{k}={v}" for k, v in info.limits.items() if v is not None) or "-",
+                 "oldest_wait": "-" if info.oldest_wait_seconds is None else f"{info.oldest_wait_seconds:.0f}s",
+                 "rate_limited": info.rate_limited} for info in infos]
+        self.stdout.write(runs_cli.table(rows, list(rows[0])) if rows else "no queues (WEFT_QUEUES is empty)")
+        if paused:
+            self.stdout.write("paused types: " + ", ".join(paused))
+
+    def do_pause_type(self, *, workflow_type: str, reason: str, as_json: bool, **options: Any) -> None:
+        changed = queues.pause_type(workflow_type, reason)
+        self.stdout.write(f"{workflow_type}: paused" if changed else f"{workflow_type} was paused already")
+
+    def do_resume_type(self, *, workflow_type: str, as_json: bool, **options: Any) -> None:
+        changed = queues.resume_type(workflow_type)
+        self.stdout.write(f"{workflow_type}: resumed" if changed else f"{workflow_type} was not paused")
 
     def do_show(self, *, run_id: str, as_json: bool, **options: Any) -> None:
         run = self.run_named(run_id)

@@ -114,8 +114,10 @@ class Children(ReplayCore):
     @durable
     def start_child(self, workflow: str | Callable[..., Any], input: Any = None, *,
                     workflow_id: str | None = None, parent_close_policy: str = "terminate",
-                    search_attributes: dict[str, Any] | None = None) -> ChildHandle:
-        """Start a child run and return a handle to it without waiting.
+                    search_attributes: dict[str, Any] | None = None, queue: str | None = None,
+                    concurrency_key: str | None = None, priority: int = 0) -> ChildHandle:
+        """Start a child run and return a handle to it without waiting (on ``queue`` it waits to be admitted,
+        as a run started by ``weft.start`` does).
 
         The child's id defaults to one derived from this run and step, so a replay re-attaches to the
         child instead of starting another. ``parent_close_policy`` says what happens to the child if
@@ -134,7 +136,8 @@ class Children(ReplayCore):
             raise InvalidArgument(f"parent_close_policy must be one of {ParentClosePolicy.values}, "
                                   f"got {parent_close_policy!r}")
         child = prepare_run(definition, input, search_attributes=search_attributes,
-                            workflow_id=workflow_id if workflow_id is not None else f"{self.run_id}:{seq}")
+                            workflow_id=workflow_id if workflow_id is not None else f"{self.run_id}:{seq}",
+                            queue=queue, concurrency_key=concurrency_key, priority=priority)
         child.parent_id = self.run_id
         child.parent_close_policy = parent_close_policy
         if workflow_id is not None and Workflow.objects.open().filter(workflow_id=workflow_id).exists():
@@ -157,8 +160,10 @@ class Children(ReplayCore):
     @durable
     def run_child(self, workflow: str | Callable[..., Any], input: Any = None, *,
                   workflow_id: str | None = None, parent_close_policy: str = "terminate",
-                  search_attributes: dict[str, Any] | None = None) -> Any:
+                  search_attributes: dict[str, Any] | None = None, queue: str | None = None,
+                  concurrency_key: str | None = None, priority: int = 0) -> Any:
         """Start a child run and wait for it: ``start_child`` then ``wait_child``."""
         child = self.start_child(workflow, input, workflow_id=workflow_id, parent_close_policy=parent_close_policy,
+                                 queue=queue, concurrency_key=concurrency_key, priority=priority,
                                  search_attributes=search_attributes)
         return self.wait_child(child)
