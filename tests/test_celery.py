@@ -19,11 +19,13 @@ from django.core.management import call_command
 from django.core.management.base import CommandError, SystemCheckError
 from django.db import transaction
 from django.test import override_settings
+from django.utils import timezone
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
 import django_weft as weft
 from django_weft import tasks
 from django_weft.models import RunStatus, Schedule, Workflow
+from django_weft.services.maintenance import maintenance_pass
 from django_weft.testing import WeftTestEnv
 from tests.testapp.workflows import executions
 
@@ -307,3 +309,32 @@ def test_install_beat_reuses_an_existing_interval_even_when_it_is_duplicated():
     call_command("weft_maintenance", "--install-beat", "--every", "7")
     assert PeriodicTask.objects.get(name="django_weft maintenance").interval_id == first.pk
     assert IntervalSchedule.objects.filter(every=7).count() == 2
+
+
+def test_a_queue_routed_to_a_celery_queue_has_its_runs_drive_tasks_sent_there(sent):
+    queues = {"emails": {"concurrency": 1, "celery_queue": "weft-emails"}, "open": {}}
+    with override_settings(WEFT_QUEUES=queues):
+        first = weft.start("test.steps", {"key": "routed-1", "count": 1}, queue="emails")
+        second = weft.start("test.steps", {"key": "routed-2", "count": 1}, queue="emails")
+        other = weft.start("test.steps", {"key": "not-routed", "count": 1}, queue="open")
+        plain = weft.start("test.steps", {"key": "plain", "count": 1})
+        routed = {args[0]: options.get("queue") for name, args, options in sent.calls}
+        assert routed == {str(first.run_id): "weft-emails", str(other.run_id): QUEUE, str(plain.run_id): QUEUE}
+        assert second.status == RunStatus.QUEUED, "not admitted: no task"
+        # A due run no task covers (a lost send) is sent by the maintenance pass where its queue goes, alone: a
+        # batch task would claim runs of any queue.
+        sent.calls.clear()
+        Workflow.objects.filter(pk=first.run_id).update(updated_at=timezone.now() - timedelta(minutes=5),
+                                                        runnable_at=timezone.now() - timedelta(minutes=5))
+        maintenance_pass(timezone.now(), window=5)
+        drives = [(args[0], options.get("queue")) for name, args, options in sent.calls if name == "django_weft.drive"]
+        assert (str(first.run_id), "weft-emails") in drives and (None, QUEUE) not in drives
+
+
+def test_a_bad_celery_queue_in_weft_queues_fails_the_system_check():
+    from django.core.checks import run_checks
+
+    with override_settings(WEFT_QUEUES={"emails": {"celery_queue": ""}}):
+        assert [e.id for e in run_checks() if e.id == "weft.E008"] == ["weft.E008"]
+    with override_settings(WEFT_QUEUES={"emails": {"celery_queue": "weft-emails", "concurrency": 3}}):
+        assert [e.id for e in run_checks() if e.id == "weft.E008"] == []

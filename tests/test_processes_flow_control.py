@@ -20,7 +20,7 @@ from django.db import connection
 from django.db.models import Count
 
 import django_weft as weft
-from django_weft.models import RunStatus, StepKind, Workflow, WorkflowStep
+from django_weft.models import ActivitySlot, RunStatus, StepKind, Workflow, WorkflowStep
 from tests.procs import SHORT_LEASE, outputs, wait_until
 from tests.testapp.models import Execution
 
@@ -179,3 +179,28 @@ def test_a_paused_type_waits_across_processes_and_resumes(row_locks, maintenance
     wait_until(lambda: all(h.status == RunStatus.COMPLETED for h in held), "the held runs to complete", 30, [proc])
     assert Workflow.objects.filter(admitted_at__isnull=False).count() == 3
     assert timedelta(0) <= max(h.refresh().admitted_at for h in held) - min(h.refresh().created_at for h in held)
+
+
+def test_a_limited_activity_never_runs_more_attempts_than_its_concurrency_across_killed_executors(
+        row_locks, maintenance):
+    """flowctl.provider takes two attempts at once, in every process: sequential calls and gathers of 16 runs
+    in three executors (4 threads each), one SIGKILLed and replaced while they work."""
+    procs = [maintenance(f"executor{i}", "--workers", "4", "--interval", "0.2", **SHORT_LEASE) for i in range(3)]
+    handles = [weft.start("flowctl.calls", {"prefix": f"c{i}-", "count": 3, "seconds": 0.1}) for i in range(8)]
+    handles += [weft.start("flowctl.fan_out", {"prefix": f"g{i}-", "count": 4, "seconds": 0.1}) for i in range(8)]
+    ids = [h.run_id for h in handles]
+    total = 8 * 3 + 8 * 4
+    wait_until(lambda: Execution.objects.filter(key__startswith="end:").count() >= total // 3,
+               "a third of the attempts to run", DEADLINE, procs)
+    procs[0].popen.send_signal(signal.SIGKILL)
+    assert procs[0].wait(10) == -signal.SIGKILL
+    procs[0] = maintenance("replacement", "--workers", "4", "--interval", "0.2", **SHORT_LEASE)
+    wait_until(lambda: Workflow.objects.filter(pk__in=ids, status=RunStatus.COMPLETED).count() == len(ids),
+               "every run to complete", DEADLINE, procs)
+    spans = [span for per_key in executed_intervals().values() for span in per_key]
+    print(f"\n{len(spans)} attempts finished; at most {most_at_once(spans)} at once")
+    assert len(spans) >= total
+    assert most_at_once(spans) == 2
+    for handle in handles:
+        assert len(handle.result()) in (3, 4)
+    assert not ActivitySlot.objects.exclude(state="released").exists(), "no slot left held or waiting"

@@ -3,6 +3,7 @@ and the paused workflow types (adding one pauses the type, deleting it resumes i
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from django import forms
@@ -19,6 +20,7 @@ from django_weft.models import PausedType, QueueState
 from django_weft.services import queues as queue_service
 
 NO_LIMIT = "none"
+_page = threading.local()
 
 
 class LimitsForm(forms.ModelForm):
@@ -40,7 +42,7 @@ class LimitsForm(forms.ModelForm):
                 self.initial[key] = NO_LIMIT if value is None else value
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        data = super().clean() or {}
         overrides: dict[str, Any] = {}
         for key in queues.LIMIT_KEYS:
             text = (data.get(key) or "").strip()
@@ -82,15 +84,19 @@ class QueueStateAdmin(admin.ModelAdmin):
         return False
 
     def _info(self, obj: QueueState) -> queue_service.QueueInfo:
-        cache = getattr(self, "_infos", {})
+        # Read once per queue and page (the admin is shared by the threads serving requests: a local per thread).
+        cache: dict[str, queue_service.QueueInfo] = getattr(_page, "infos", {})
         if obj.name not in cache:
             cache[obj.name] = queue_service.queue_info(obj.name)
-            self._infos = cache
+            _page.infos = cache
         return cache[obj.name]
 
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
-        self._infos: dict[str, queue_service.QueueInfo] = {}
-        return super().changelist_view(request, extra_context)
+        _page.infos = {}
+        try:
+            return super().changelist_view(request, extra_context)
+        finally:
+            _page.infos = {}
 
     @admin.display(description=_("queued"))
     def backlog(self, obj: QueueState) -> int:

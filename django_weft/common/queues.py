@@ -15,6 +15,9 @@ from typing import Any
 from django_weft.exceptions import InvalidArgument
 
 LIMIT_KEYS = ("concurrency", "concurrency_per_key", "rate", "rate_per_key")
+# WEFT_QUEUES takes one more key, not a limit an operator changes at run time: the Celery queue its runs'
+# django_weft.drive tasks are sent to (WEFT_EXECUTOR = "celery"; default WEFT_CELERY_QUEUE).
+SETTING_KEYS = (*LIMIT_KEYS, "celery_queue")
 # The name --queues gives runs started without a queue; no queue of WEFT_QUEUES may take it.
 NO_QUEUE = "default"
 MAX_QUEUE_NAME = 100
@@ -47,6 +50,15 @@ class Limits:
                 "rate_per_key": None if self.rate_per_key is None else str(self.rate_per_key)}
 
 
+@dataclass(frozen=True)
+class ActivityLimits:
+    """``@weft.activity(concurrency=, rate=, key=)``: per key when ``keyed`` (the activity has a key function)."""
+
+    concurrency: int | None = None
+    rate: Rate | None = None
+    keyed: bool = False
+
+
 def parse_rate(value: Any, what: str) -> Rate | None:
     """``"N/s"``, ``"N/m"`` or ``"N/h"`` (N >= 1); None for None."""
     if value is None:
@@ -66,18 +78,27 @@ def _count(value: Any, what: str) -> int | None:
     return value
 
 
-def check_limits(values: Any, what: str) -> dict[str, Any]:
+def check_limits(values: Any, what: str, *, keys: tuple[str, ...] = LIMIT_KEYS) -> dict[str, Any]:
     """The limit keys of ``values``, each checked; InvalidArgument for an unknown key or a bad value."""
     if not isinstance(values, dict):
-        raise InvalidArgument(f"{what} must be a dict of limits ({', '.join(LIMIT_KEYS)}), got {values!r}")
-    unknown = sorted(set(values) - set(LIMIT_KEYS), key=str)
+        raise InvalidArgument(f"{what} must be a dict of limits ({', '.join(keys)}), got {values!r}")
+    unknown = sorted(set(values) - set(keys), key=str)
     if unknown:
-        raise InvalidArgument(f"{what} has unknown keys {unknown}; a queue takes {', '.join(LIMIT_KEYS)}")
+        raise InvalidArgument(f"{what} has unknown keys {unknown}; a queue takes {', '.join(keys)}")
+    celery_queue = values.get("celery_queue")
+    if celery_queue is not None and (not isinstance(celery_queue, str) or not celery_queue):
+        raise InvalidArgument(f"{what}['celery_queue'] must be the name of a Celery queue, got {celery_queue!r}")
     for key in ("concurrency", "concurrency_per_key"):
         _count(values.get(key), f"{what}[{key!r}]")
     for key in ("rate", "rate_per_key"):
         parse_rate(values.get(key), f"{what}[{key!r}]")
     return dict(values)
+
+
+def celery_routes() -> dict[str, str]:
+    """Queue name -> the Celery queue of its runs' drive tasks, for the queues that name one."""
+    return {name: values["celery_queue"] for name, values in configured().items()
+            if isinstance(values, dict) and values.get("celery_queue")}
 
 
 def limits_from(values: dict[str, Any]) -> Limits:
@@ -119,7 +140,7 @@ def configuration_errors() -> list[str]:
                           f"{MAX_QUEUE_NAME} characters, not {NO_QUEUE!r} (that names runs without a queue)")
             continue
         try:
-            check_limits(values, f"WEFT_QUEUES[{name!r}]")
+            check_limits(values, f"WEFT_QUEUES[{name!r}]", keys=SETTING_KEYS)
         except InvalidArgument as exc:
             errors.append(str(exc))
     return errors

@@ -25,7 +25,7 @@ from django_weft.models.choices import (
     UpdateStatus,
 )
 from django_weft.models.executors import ActivityHeartbeat, Executor
-from django_weft.models.queues import PausedType, QueueState
+from django_weft.models.queues import ActivityLimitState, ActivitySlot, ActivitySlotState, PausedType, QueueState
 from django_weft.models.runs import AsyncActivity, Signal, StepAttempt, Timer, Workflow, WorkflowStep
 from django_weft.models.schedules import Schedule, ScheduleOccurrence
 from django_weft.models.search import SearchAttributeValue
@@ -33,6 +33,9 @@ from django_weft.models.updates import WorkflowUpdate
 
 __all__ = [
     "ActivityHeartbeat",
+    "ActivityLimitState",
+    "ActivitySlot",
+    "ActivitySlotState",
     "ApiKey",
     "AsyncActivity",
     "AsyncStatus",

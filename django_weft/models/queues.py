@@ -48,3 +48,56 @@ class PausedType(models.Model):
 
     def __str__(self) -> str:
         return self.workflow_type
+
+
+class ActivitySlotState(models.TextChoices):
+    WAITING = "waiting", _("Waiting")
+    HELD = "held", _("Held")
+    # Its attempt ended; kept (for an hour at most) while a rate limit of its activity counts it.
+    RELEASED = "released", _("Released")
+
+
+class ActivitySlot(models.Model):
+    """An attempt of a limited activity (``@weft.activity(concurrency=, rate=)``): waiting for a slot, holding one
+    while it executes, or released. One row per step of a run (its retries take the row again, at the back of
+    the line). Granted in start order (``requested_at``, then ``id``) under the activity's ActivityLimitState
+    lock; deleted with its run."""
+
+    id = models.BigAutoField(primary_key=True)
+    activity = models.CharField(max_length=255)
+    key = IdentifierField(max_length=255, null=True, blank=True)
+    run = models.ForeignKey("Workflow", on_delete=models.CASCADE, related_name="activity_slots")
+    seq = models.PositiveIntegerField()
+    state = models.CharField(max_length=16, choices=ActivitySlotState.choices)
+    requested_at = models.DateTimeField()
+    granted_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("activity slot")
+        ordering = ["activity", "requested_at", "id"]
+        constraints = [models.UniqueConstraint(fields=["run", "seq"], name="weft_activity_slot_per_step")]
+        indexes = [
+            models.Index(fields=["activity", "state", "requested_at"], name="weft_activity_slot_idx"),
+            models.Index(fields=["activity", "granted_at"], name="weft_activity_grant_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.activity} step {self.seq} ({self.state})"
+
+
+class ActivityLimitState(models.Model):
+    """The lock row of a limited activity: every grant pass of its slots holds it, so passes take turns. It keeps
+    the activity's limits as its code declared them at the last request, for the passes made where that code
+    is not at hand (a run that ended freed a slot)."""
+
+    activity = models.CharField(primary_key=True, max_length=255)
+    concurrency = models.PositiveIntegerField(null=True, blank=True)
+    rate = models.CharField(max_length=32, blank=True, default="")
+    keyed = models.BooleanField(default=False)
+    last_pass_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("activity limit")
+
+    def __str__(self) -> str:
+        return self.activity

@@ -138,7 +138,7 @@ def _queue_gauges(now: datetime) -> Iterator[Metric]:
             .annotate(backlog=Count("pk", filter=queued),
                       admitted=Count("pk", filter=~queued),
                       oldest=Min("admit_at", filter=queued & Q(admit_at__lte=now))))
-    by_queue = {row["queue"] or NO_QUEUE: row for row in rows}
+    by_queue: dict[str, dict[str, Any]] = {row["queue"] or NO_QUEUE: dict(row) for row in rows}
     states = {state.name: state for state in QueueState.objects.all()}
     names = sorted(set(by_queue) | set(states))
     families = {

@@ -15,6 +15,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, overload
 
 from django_weft.common.durations import to_seconds
+from django_weft.common.queues import ActivityLimits, Rate, parse_rate
 from django_weft.common.storable import check_text, unstorable_reason
 from django_weft.common.tokens import make_task_token, parse_task_token
 from django_weft.exceptions import ApplicationError, InvalidArgument, WeftError
@@ -98,6 +99,17 @@ class ActivityDefinition:
     timeout: float | None
     schedule_to_close_timeout: float | None = None
     heartbeat_timeout: float | None = None
+    # Flow control (store/activity_slots): attempts at once, and attempts begun per period, in all processes;
+    # per key when ``key`` (called with the activity's arguments) gives one.
+    concurrency: int | None = None
+    rate: Rate | None = None
+    key: Callable[..., Any] | None = None
+
+    @property
+    def limits(self) -> ActivityLimits | None:
+        if self.concurrency is None and self.rate is None:
+            return None
+        return ActivityLimits(concurrency=self.concurrency, rate=self.rate, keyed=self.key is not None)
 
 
 @overload
@@ -106,6 +118,7 @@ def activity(fn: F, /) -> F: ...
 def activity(
     *, name: str | None = None, retry: RetryPolicy | None = None, timeout: float | timedelta | None = None,
     schedule_to_close_timeout: float | timedelta | None = None, heartbeat_timeout: float | timedelta | None = None,
+    concurrency: int | None = None, rate: str | None = None, key: Callable[..., str] | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -118,6 +131,9 @@ def activity(
     timeout: float | timedelta | None = None,
     schedule_to_close_timeout: float | timedelta | None = None,
     heartbeat_timeout: float | timedelta | None = None,
+    concurrency: int | None = None,
+    rate: str | None = None,
+    key: Callable[..., str] | None = None,
 ) -> Any:
     """Mark a function as an activity: ``@weft.activity`` or ``@weft.activity(retry=..., timeout=30)``.
 
@@ -127,6 +143,11 @@ def activity(
     retries and backoffs included, and an async activity's wait for its completion (a durable timer).
     ``heartbeat_timeout``: an attempt that has not called ``weft.heartbeat()`` for this long fails with
     ActivityTimeout and is retried by its policy. ``async def`` functions work as activities too.
+
+    ``concurrency`` (attempts executing at once) and ``rate`` ("N/s", "N/m", "N/h": attempts begun in any window
+    of that length) bound the activity's attempts across every executor and process; with ``key`` (called with
+    the activity's arguments, returning a string) they bound each key's. An attempt over its limit waits, its
+    run parked (no thread held, its timeouts not started), and begins when a slot frees, in start order.
     """
     timeout_seconds = None if timeout is None else to_seconds(timeout, "activity timeout", allow_zero=False)
     close_seconds = (None if schedule_to_close_timeout is None
@@ -134,6 +155,14 @@ def activity(
     heartbeat_seconds = (None if heartbeat_timeout is None
                          else to_seconds(heartbeat_timeout, "heartbeat_timeout", allow_zero=False))
 
+    if concurrency is not None and (not isinstance(concurrency, int) or isinstance(concurrency, bool)
+                                    or concurrency < 1):
+        raise InvalidArgument(f"activity concurrency must be a positive int, got {concurrency!r}")
+    rate_limit = parse_rate(rate, "activity rate")
+    if key is not None and not callable(key):
+        raise InvalidArgument(f"activity key must be a function of the activity's arguments, got {key!r}")
+    if key is not None and concurrency is None and rate_limit is None:
+        raise InvalidArgument("activity key counts the concurrency or rate of each key: give one of them")
     if name is not None and (not isinstance(name, str) or not name or len(name) > 255 or unstorable_reason(name)):
         raise InvalidArgument(f"activity name {name!r} must be a non-empty string of at most 255 characters "
                               "without NUL or lone surrogates")
@@ -146,6 +175,9 @@ def activity(
             timeout=timeout_seconds,
             schedule_to_close_timeout=close_seconds,
             heartbeat_timeout=heartbeat_seconds,
+            concurrency=concurrency,
+            rate=rate_limit,
+            key=key,
         )
         func.__weft_activity__ = definition  # type: ignore[attr-defined]
         _by_name[definition.name] = definition

@@ -20,13 +20,14 @@ from django.db import transaction
 from django.db.models import F
 
 from django_weft.common import clock
+from django_weft.common.queues import celery_routes
 from django_weft.conf import weft_settings
 from django_weft.models import AsyncActivity, RunStatus, Signal, StepAttempt, Timer, Workflow, WorkflowStep
 from django_weft.runtime import executor
 from django_weft.runtime.lease_keeper import LeaseKeeper
 from django_weft.services import liveness
 from django_weft.services.schedule_tick import due_schedules, fire_due_schedules, next_due_at, purge_history
-from django_weft.store import admissions, inbox, spent_keys, transitions, wakeups
+from django_weft.store import activity_slots, admissions, inbox, spent_keys, transitions, wakeups
 
 logger = logging.getLogger("django_weft.maintenance")
 
@@ -130,6 +131,7 @@ def purge_finished(now: datetime) -> int:
             if len(ids) < PAGE_SIZE:
                 break
     purge_history(now)
+    activity_slots.purge_released(now)
     liveness.dead_executors(now).delete()
     # Updates a run did not apply before it ended on a path that does not look at them (the executor's fast
     # completion of a run whose last execution registered no update handler): their callers are told.
@@ -165,6 +167,7 @@ def run_maintenance(now: datetime | None = None) -> MaintenanceReport:
         report.timed_out = time_out_expired(moment)
         report.schedules_fired = fire_due_schedules(moment)
         report.admitted = admissions.admit_all(moment)
+        activity_slots.grant_all(moment)
         execute_runnable(None if now is None else moment, report, default_owner())  # moment: now in UTC
         report.purged = purge_finished(moment)
     return report
@@ -193,8 +196,13 @@ def dispatch_to_celery(now: datetime, window: float) -> int:
     """
     batch = weft_settings.CLAIM_BATCH_SIZE
     limit = weft_settings.CELERY_DISPATCH_LIMIT
-    due = len(Workflow.objects.runnable(now - DISPATCH_GRACE).values_list("pk", flat=True)[: limit * batch])
-    sent = sum(wakeups.send_drive(None) for _ in range(math.ceil(due / batch)))
+    due_ids = list(Workflow.objects.runnable(now - DISPATCH_GRACE).values_list("pk", flat=True)[: limit * batch])
+    if celery_routes():
+        # Queues routed to Celery queues of their own: a batch task would claim any run, so one task per run,
+        # each sent where its queue goes.
+        sent = sum(wakeups.send_drive(run_id) for run_id in due_ids)
+    else:
+        sent = sum(wakeups.send_drive(None) for _ in range(math.ceil(len(due_ids) / batch)))
     horizon = timedelta(seconds=weft_settings.CELERY_ETA_HORIZON)
     upcoming = (
         Workflow.objects.filter(status__in=[RunStatus.WAITING, RunStatus.PENDING], runnable_at__gt=now,
@@ -249,6 +257,7 @@ def maintenance_pass(now: datetime, *, window: float, purge: bool = True) -> Mai
     report.timed_out = time_out_expired(now)
     report.schedules_fired = fire_due_schedules(now)
     report.admitted = admissions.admit_all(now)
+    activity_slots.grant_all(now)  # rate windows that reopened
     if wakeups.celery_executes():
         report.dispatched = dispatch_to_celery(now, window)
     if purge:

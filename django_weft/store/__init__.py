@@ -16,6 +16,8 @@ a ``select_for_update``-fenced transaction (or one statement that does the same 
   ``lock_retries``: retrying a transition aborted over a lock conflict.
 - ``starts``: start options validated into an unsaved run; ``spent_keys``: idempotency keys that outlive
   their runs; ``search_rows``: the indexed rows of search attributes.
+- ``admissions``: queues admitting queued runs (a queued run becomes pending there and nowhere else);
+  ``activity_slots``: the slots attempts of limited activities wait for.
 
 It imports ``models``, ``common`` and ``observability``; it reaches the layers above only through the hooks
 they register (``transitions.on_schedule_run_closed``, ``wakeups.use_celery_tasks``).

@@ -160,7 +160,8 @@ def admit(queue: str, now: datetime | None = None) -> int:
         # between keys does not matter, and the cheaper query without the window function finds them all.
         page = list(candidates.order_by(*order).values_list("pk", "concurrency_key")[: free + 1])
         if len(page) > free:
-            turn_cap = min(x for x in (free, per_key, key_rate and key_rate.count) if x is not None)
+            caps = [free, per_key, None if key_rate is None else key_rate.count]
+            turn_cap = min(cap for cap in caps if cap is not None)
             page = list(
                 candidates.annotate(turn=Window(RowNumber(), partition_by=[F("concurrency_key")],
                                                 order_by=[F(name).asc() for name in order]))

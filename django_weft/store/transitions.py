@@ -41,7 +41,16 @@ from django_weft.models import (
     WorkflowUpdate,
 )
 from django_weft.observability import events
-from django_weft.store import admissions, claim_statement, inbox, journal, lock_retries, search_rows, wakeups
+from django_weft.store import (
+    activity_slots,
+    admissions,
+    claim_statement,
+    inbox,
+    journal,
+    lock_retries,
+    search_rows,
+    wakeups,
+)
 from django_weft.store.leases import lease_expiry as _lease_expiry
 
 logger = logging.getLogger("django_weft.transitions")
@@ -310,6 +319,7 @@ def continue_as_new(claim: Claim, now: datetime, following: Workflow) -> None:
             status=AsyncStatus.CANCELLED, resolved_at=now
         )
         _close_children(run, now, f"parent run {run.pk} of {run.workflow_id!r} continued as new")
+        activity_slots.forget_run(run.pk)
         if run.schedule_id is not None:
             Schedule.objects.filter(pk=run.schedule_id, current_run_id=run.pk).update(current_run=following)
     run.status, run.finished_at = S.CONTINUED, now
@@ -412,6 +422,7 @@ def _after_close(run: Workflow, now: datetime) -> None:
             hook(run, now)
     if run.queue:
         admissions.admit_after_commit(run.queue)  # its slot is free
+    activity_slots.forget_run(run.pk)  # and those of its limited activities
 
 
 def _close_children(run: Workflow, now: datetime, reason: str) -> None:
@@ -449,6 +460,8 @@ def _request_cancel(run: Workflow, now: datetime, reason: str, termination_reaso
     if run.status in (S.SUSPENDED, S.QUEUED) or (run.status == S.PENDING and run.started_at is None):
         close_from_outside(run, S.CANCELLED, now, cancel_error(reason), termination_reason=termination_reason)
         return
+    # An activity it waits to begin will not begin now (its cleanup asks again): it leaves the line.
+    activity_slots.forget_run(run.pk, waiting_only=True)
     deadline = now + timedelta(seconds=_cleanup_timeout(run))
     if run.execution_deadline is not None:
         deadline = min(deadline, run.execution_deadline)

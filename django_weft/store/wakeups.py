@@ -141,9 +141,24 @@ def _task(name: str) -> Any:
 
 
 def send_drive(run_id: Any | None, eta: datetime | None = None) -> bool:
-    """Send ``django_weft.drive`` (for one run, or for a batch when ``run_id`` is None)."""
+    """Send ``django_weft.drive`` (for one run, or for a batch when ``run_id`` is None), to the Celery queue of
+    the run's queue if WEFT_QUEUES routes it (celery_queue), else to WEFT_CELERY_QUEUE."""
     return _send("drive", [None if run_id is None else str(run_id)], eta,
-                 f"django_weft.drive for run {run_id}; the maintenance pass will")
+                 f"django_weft.drive for run {run_id}; the maintenance pass will",
+                 queue=None if run_id is None else _routed_queue(run_id))
+
+
+def _routed_queue(run_id: Any) -> str | None:
+    """The Celery queue WEFT_QUEUES routes run ``run_id``'s queue to (read after the commit that made it
+    runnable); None without routes, the cost of every send then."""
+    from django_weft.common.queues import celery_routes
+    from django_weft.models import Workflow
+
+    routes = celery_routes()
+    if not routes:
+        return None
+    queue = Workflow.objects.filter(pk=run_id).values_list("queue", flat=True).first()
+    return routes.get(queue or "")
 
 
 def send_tick(eta: datetime | None) -> bool:
@@ -157,7 +172,7 @@ def send_tick(eta: datetime | None) -> bool:
 _paused_until = 0.0
 
 
-def _send(name: str, args: list, eta: datetime | None, what: str) -> bool:
+def _send(name: str, args: list, eta: datetime | None, what: str, *, queue: str | None = None) -> bool:
     """Send task ``name`` on WEFT_CELERY_QUEUE, within WEFT_CELERY_SEND_TIMEOUT seconds. A broker error or
     timeout is logged, not raised: the change the task announces has committed, and the maintenance pass
     delivers it; False then, and while sends pause after a failure."""
@@ -165,19 +180,19 @@ def _send(name: str, args: list, eta: datetime | None, what: str) -> bool:
         logger.debug("skipped %s (sends pause after a failed one)", what)
         return False
     try:
-        _task("publish")(_task(name), args, _message_options(eta))
+        _task("publish")(_task(name), args, _message_options(eta, queue))
     except Exception:
         logger.exception("could not send %s (sends from this process pause for %g s)", what, _pause_sends())
         return False
     return True
 
 
-def _message_options(eta: datetime | None) -> dict[str, Any]:
+def _message_options(eta: datetime | None, queue: str | None = None) -> dict[str, Any]:
     options: dict[str, Any] = {"ignore_result": True}
     if eta is not None:
         options["eta"] = eta
-    if weft_settings.CELERY_QUEUE:
-        options["queue"] = weft_settings.CELERY_QUEUE
+    if queue or weft_settings.CELERY_QUEUE:
+        options["queue"] = queue or weft_settings.CELERY_QUEUE
     return options
 
 

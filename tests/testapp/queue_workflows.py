@@ -69,3 +69,54 @@ def cleans_up(ctx: weft.Context, _: object = None) -> str:
 def fails_on_go(ctx: weft.Context, _: object = None) -> None:
     ctx.wait_for_signal("go")
     raise weft.ApplicationError("told to fail", non_retryable=True)
+
+
+# --- limited activities ------------------------------------------------------------------------------------
+
+
+def _attempt(label: str, seconds: float) -> str:
+    Execution.objects.create(key=f"begin:{label}", pid=os.getpid())
+    time.sleep(seconds)
+    Execution.objects.create(key=f"end:{label}", pid=os.getpid())
+    return label
+
+
+@weft.activity(name="flowctl.provider", concurrency=2)
+def provider(label: str, seconds: float = 0) -> str:
+    return _attempt(label, seconds)
+
+
+@weft.activity(name="flowctl.per_account", concurrency=1, key=lambda account, *_: account)
+def per_account(account: str, label: str, seconds: float = 0) -> str:
+    return _attempt(f"{account}/{label}", seconds)
+
+
+@weft.activity(name="flowctl.rated", rate="5/s")
+def rated(i: int) -> str:
+    from django_weft.common import clock
+
+    return clock.now().isoformat()
+
+
+@weft.workflow(name="flowctl.fan_out")
+def fan_out(ctx: weft.Context, spec: dict) -> list:
+    pendings = [ctx.start_activity(provider, f"{spec['prefix']}{i}", spec.get("seconds", 0))
+                for i in range(spec["count"])]
+    return ctx.gather(*pendings)
+
+
+@weft.workflow(name="flowctl.accounts")
+def accounts(ctx: weft.Context, spec: dict) -> list:
+    pendings = [ctx.start_activity(per_account, account, f"{i}", spec.get("seconds", 0))
+                for i, account in enumerate(spec["accounts"])]
+    return ctx.gather(*pendings)
+
+
+@weft.workflow(name="flowctl.calls")
+def calls(ctx: weft.Context, spec: dict) -> list:
+    return [ctx.run(provider, f"{spec['prefix']}{i}", spec.get("seconds", 0)) for i in range(spec["count"])]
+
+
+@weft.workflow(name="flowctl.rated_calls")
+def rated_calls(ctx: weft.Context, count: int) -> list:
+    return [ctx.run(rated, i) for i in range(count)]

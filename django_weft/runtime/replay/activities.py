@@ -92,9 +92,11 @@ class ActivityOps(Branches):
             attempt, lost = self._next_after_lost(seq, attempt, definition)
             if lost is not None:
                 return self._attempt_failed(seq, step, definition, attempt, started, lost, retryable=False)
+        if definition.limits is not None:
+            self._wait_for_slot(definition, seq, args, kwargs)  # parks the run until the step holds a slot
         began = clock.now()
         try:
-            value = self._invoke(definition, seq, attempt, args, kwargs)
+            value = self._invoke_holding_slot(definition, seq, attempt, args, kwargs)
             data = encode(value, what=f"result of activity {definition.name!r}")
         except CompleteAsync:
             return self._park_async(seq, step, definition, attempt, started)
@@ -116,6 +118,20 @@ class ActivityOps(Branches):
             seq, StepKind.ACTIVITY, definition.name, StepStatus.COMPLETED, attempt=attempt, result=data,
             started=started, finished=clock.now(),
         ), step))
+        return value
+
+    def _invoke_holding_slot(self, definition: ActivityDefinition, seq: int, attempt: int, args: tuple,
+                             kwargs: dict) -> Any:
+        """``_invoke``; a limited activity's slot is given back once the body returned or raised (not when the
+        execution stops: a run taken over finds its slot held and goes on with it)."""
+        if definition.limits is None:
+            return self._invoke(definition, seq, attempt, args, kwargs)
+        try:
+            value = self._invoke(definition, seq, attempt, args, kwargs)
+        except (Exception, CompleteAsync):
+            self._release_slot(definition, seq)
+            raise
+        self._release_slot(definition, seq)
         return value
 
     def _invoke(self, definition: ActivityDefinition, seq: int, attempt: int, args: tuple, kwargs: dict) -> Any:

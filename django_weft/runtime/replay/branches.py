@@ -25,6 +25,7 @@ from django_weft.runtime.replay.async_activities import AsyncActivityOps
 from django_weft.runtime.replay.core import durable
 from django_weft.runtime.replay.pending import ActivityBranch, Pending, SignalBranch, TimerBranch
 from django_weft.runtime.replay.signals import Signals
+from django_weft.runtime.replay.slots import SlotOps
 from django_weft.store import journal
 
 P = ParamSpec("P")
@@ -35,7 +36,7 @@ R = TypeVar("R")
 POLL_SECONDS = 0.2
 
 
-class Branches(AsyncActivityOps, Signals):
+class Branches(AsyncActivityOps, Signals, SlotOps):
     """The replay context's parallel branches (mixed into runtime.context.Context)."""
 
     @overload

@@ -40,6 +40,7 @@ from django_weft.runtime.attempt_pool import AttemptJob, Outcome
 from django_weft.runtime.errors import attempt_outcome, error_category, error_dict
 from django_weft.runtime.heartbeats import AttemptControl
 from django_weft.runtime.replay.core import durable
+from django_weft.runtime.replay.slots import SlotWait, slot_reason
 from django_weft.store import journal
 
 if TYPE_CHECKING:
@@ -229,6 +230,7 @@ class ActivityBranch(Pending[T]):
         # call with side effects, or when the run parks. A branch that loses a race before then never begins.
         self._due = False
         self._shielded = ctx._cleanup_depth > 0  # started inside ctx.cleanup(): the run's cancel leaves it be
+        self._slot = SlotWait(ctx)  # a limited activity's attempt waits for its slot before it begins
         if row is None:
             self._dispatch()
         elif row.status == StepStatus.COMPLETED:
@@ -267,6 +269,8 @@ class ActivityBranch(Pending[T]):
         ctx._check_new_work()
         if ctx._taken_over_from and not self._after_lost():
             return
+        if self.definition.limits is not None and not self._slot_held():
+            return  # stays due: asked again when polled, or when its run wakes
         ctx._commit_deferred()
         self._due = False
         self._began = clock.now()
@@ -281,6 +285,17 @@ class ActivityBranch(Pending[T]):
         body = events.attempt(body, self._info, ctx._claim.run, is_async=is_coroutine_body(body))
         self._future = ctx._attempt_pool().submit(AttemptJob(self._info, body, self._args, self._kwargs,
                                                              timeout=definition.timeout))
+
+    def _slot_held(self) -> bool:
+        if not self._slot.due():
+            return False
+        granted, retry_at = self._ctx._ask_slot(self.definition, self.seq, self._args, self._kwargs)
+        return self._slot.asked(granted, retry_at)
+
+    def _end_attempt(self) -> None:
+        """The running attempt ended (or was given up): a limited activity's slot is free."""
+        self._future = None
+        self._ctx._release_slot(self.definition, self.seq)
 
     def _after_lost(self) -> bool:
         """In a run taken over, the attempt about to begin may repeat one the dead executor began (see
@@ -331,7 +346,8 @@ class ActivityBranch(Pending[T]):
         if self._future is None:
             return
         if self._future.done():
-            outcome, self._future = self._future.result(), None
+            outcome = self._future.result()
+            self._end_attempt()
             self._handle(outcome)
         else:
             self._check_running()
@@ -348,7 +364,7 @@ class ActivityBranch(Pending[T]):
         else:
             return
         control.cancel(f"the attempt {message}")
-        self._future = None
+        self._end_attempt()
         error = ActivityTimeout(f"activity {definition.name!r} attempt {self._attempt} {message}")
         self._failed(error_dict(error, attempt=self._attempt), definition.retry.should_retry(self._attempt, error),
                      error)
@@ -448,9 +464,13 @@ class ActivityBranch(Pending[T]):
     def wake_at(self) -> datetime | None:
         if self._retry_timer is not None:
             return self._retry_timer.fire_at
+        if self._due and self._slot.waiting:
+            return self._slot.retry_at
         return self._close_timer.fire_at if self._close_timer is not None else None
 
     def reason(self) -> str:
+        if self._due and self._slot.waiting:
+            return slot_reason(self.definition, self._slot.retry_at)
         if self._retry_timer is not None:
             return f"retrying {self._name} (attempt {self._attempt}) at {self._retry_timer.fire_at.isoformat()}"
         return f"waiting for async activity {self._name} (attempt {self._attempt}) to be completed"
@@ -459,6 +479,7 @@ class ActivityBranch(Pending[T]):
         self._due = False  # never begins
         if self._future is not None and self._info is not None and self._info.control is not None:
             self._info.control.cancel(reason)  # the pool waits for it to end before the execution does
+            self._end_attempt()
         self._future = None
 
     def cancel(self, reason: str, *, with_run: bool = False) -> None:

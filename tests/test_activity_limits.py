@@ -1,0 +1,122 @@
+"""Limited activities (design 9.3): ``@weft.activity(concurrency=, rate=, key=)`` bounds the attempts of an
+activity (per key) across executors; an attempt over its limit waits without holding a thread, its timeouts
+not started, and begins when a slot frees, in start order. Real processes: test_processes_flow_control.py."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timedelta
+
+import pytest
+
+import django_weft as weft
+from django_weft.models import ActivitySlot, RunStatus
+from tests.testapp.models import Execution
+from tests.testapp.queue_workflows import accounts, fan_out, rated_calls
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def intervals(prefix: str = "") -> dict[str, tuple[datetime, datetime]]:
+    begins = dict(Execution.objects.filter(key__startswith=f"begin:{prefix}").values_list("key", "created_at"))
+    ends = dict(Execution.objects.filter(key__startswith=f"end:{prefix}").values_list("key", "created_at"))
+    return {key.removeprefix("begin:"): (at, ends[f"end:{key.removeprefix('begin:')}"]) for key, at in begins.items()}
+
+
+def most_at_once(spans) -> int:
+    events = sorted([(b, 1) for b, _ in spans] + [(e, -1) for _, e in spans], key=lambda e: (e[0], e[1]))
+    now = most = 0
+    for _, step in events:
+        now += step
+        most = max(most, now)
+    return most
+
+
+def test_a_gather_runs_at_most_the_activitys_concurrency_at_once(weft_env):
+    handle = weft.start(fan_out, {"prefix": "g", "count": 6, "seconds": 0.15})
+    weft_env.drive()
+    assert handle.result() == [f"g{i}" for i in range(6)]
+    spans = intervals("g")
+    assert len(spans) == 6
+    assert most_at_once(spans.values()) == 2, "two at once: the limit, and used"
+    # In start order: the first two began first, each later one after an earlier one ended.
+    starts = sorted(spans, key=lambda label: spans[label][0])
+    assert starts[:2] == ["g0", "g1"] or starts[:2] == ["g1", "g0"]
+    assert starts[2:] == ["g2", "g3", "g4", "g5"]
+    assert not ActivitySlot.objects.filter(run_id=handle.run_id).exists(), "the run's slots went with it"
+
+
+def test_a_key_limits_each_key_on_its_own(weft_env):
+    handle = weft.start(accounts, {"accounts": ["a", "a", "b"], "seconds": 0.15})
+    weft_env.drive()
+    assert handle.result() == ["a/0", "a/1", "b/2"]
+    spans = intervals()
+    assert most_at_once([spans["a/0"], spans["a/1"]]) == 1, "one attempt of account a at a time"
+    assert most_at_once([spans["a/0"], spans["b/2"]]) == 2, "account b does not wait for account a"
+
+
+def test_a_rate_limit_parks_the_run_until_its_window_lets_the_next_attempt_in(weft_env):
+    handle = weft.start(rated_calls, 12)
+    weft_env.drive()
+    run = handle.refresh()
+    assert run.status == RunStatus.WAITING and "waiting for a slot of activity flowctl.rated" in run.wait_reason
+    assert "rate 5/s" in run.wait_reason
+    weft_env.advance_until_idle()
+    moments = sorted(datetime.fromisoformat(at) for at in handle.result())
+    assert len(moments) == 12
+    worst = max(sum(1 for m in moments if start <= m < start + timedelta(seconds=1)) for start in moments)
+    assert worst == 5
+    assert moments[-1] - moments[0] >= timedelta(seconds=2), "12 attempts at 5 a second take two windows more"
+
+
+@weft.activity(name="flowctl.timed", concurrency=1, timeout=0.5, retry=weft.RetryPolicy(max_attempts=1))
+def timed(label: str) -> str:
+    Execution.objects.create(key=f"begin:{label}")
+    time.sleep(0.3)
+    Execution.objects.create(key=f"end:{label}")
+    return label
+
+
+@weft.workflow(name="flowctl.timed_fan_out")
+def timed_fan_out(ctx: weft.Context) -> list:
+    return ctx.gather(*(ctx.start_activity(timed, f"w{i}") for i in range(3)))
+
+
+def test_waiting_for_a_slot_does_not_start_an_attempts_timeout(weft_env):
+    # One at a time, 0.3 s each: the third waits 0.6 s for its slot, longer than the 0.5 s an attempt may take;
+    # its timeout counts from when it begins.
+    handle = weft.start(timed_fan_out)
+    weft_env.drive()
+    assert handle.result() == ["w0", "w1", "w2"]
+    spans = intervals("w")
+    assert most_at_once(spans.values()) == 1
+    assert spans["w2"][1] - spans["w0"][0] > timedelta(seconds=0.5)
+
+
+def test_bad_limits_are_refused_when_the_activity_is_declared():
+    with pytest.raises(weft.InvalidArgument, match="concurrency must be a positive int"):
+        weft.activity(concurrency=0)
+    with pytest.raises(weft.InvalidArgument, match="must be a rate such as"):
+        weft.activity(rate="lots")
+    with pytest.raises(weft.InvalidArgument, match="give one of them"):
+        weft.activity(key=lambda *a: "k")
+    with pytest.raises(weft.InvalidArgument, match="must be a function"):
+        weft.activity(concurrency=1, key="account")
+
+
+@weft.activity(name="flowctl.bad_key", concurrency=1, key=lambda n: n)
+def bad_key(n: int) -> int:
+    return n
+
+
+@weft.workflow(name="flowctl.uses_bad_key")
+def uses_bad_key(ctx: weft.Context) -> int:
+    return ctx.run(bad_key, 7)
+
+
+def test_a_key_that_is_not_a_string_fails_the_run_naming_the_activity(weft_env):
+    handle = weft.start(uses_bad_key)
+    weft_env.drive()
+    run = handle.refresh()
+    assert run.status == RunStatus.FAILED
+    assert "the key of activity 'flowctl.bad_key' must be a non-empty string" in run.error["message"]
