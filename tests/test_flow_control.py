@@ -375,3 +375,32 @@ def test_the_system_checks_are_registered_when_django_starts():
                                "PYTHONPATH": os.pathsep.join([str(root), str(root / "testproject")])})
     out = done.stdout + done.stderr
     assert "check_queues" in out and "check_sqlite_transaction_mode" in out, out
+
+
+def test_a_schedule_starts_its_runs_on_its_queue(weft_env):
+    schedule = weft.create_schedule("mail-digest", qw.waiter, every=60, queue="emails", priority=3)
+    assert (schedule.queue, schedule.priority) == ("emails", 3)
+    [weft.start(qw.waiter, queue="emails") for _ in range(2)]
+    weft_env.advance(61)
+    run = Workflow.objects.get(schedule=schedule)
+    assert (run.queue, run.priority, run.status) == ("emails", 3, RunStatus.QUEUED)
+    with pytest.raises(weft.InvalidArgument, match="not a queue of WEFT_QUEUES"):
+        weft.create_schedule("bad", qw.waiter, every=60, queue="nope")
+    schedule.update(queue="open", priority=0)
+    schedule.refresh_from_db()
+    assert (schedule.queue, schedule.priority) == ("open", 0)
+
+
+def test_the_admin_schedule_form_takes_a_queue_and_a_priority(staff_client):
+    page = staff_client.post("/admin/django_weft/schedule/add/", {
+        "schedule_id": "queued-from-admin", "workflow_type": "flowctl.waiter", "input_json": "null",
+        "cron": "*/5 * * * *", "every": "", "timezone": "UTC", "overlap": "skip", "catchup_window": "", "jitter": "",
+        "queue": "emails", "priority": "2"})
+    assert page.status_code == 302, page.context["adminform"].form.errors
+    schedule = weft.get_schedule("queued-from-admin")
+    assert (schedule.queue, schedule.priority) == ("emails", 2)
+    page = staff_client.post("/admin/django_weft/schedule/add/", {
+        "schedule_id": "bad-queue", "workflow_type": "flowctl.waiter", "input_json": "null",
+        "cron": "*/5 * * * *", "every": "", "timezone": "UTC", "overlap": "skip", "catchup_window": "", "jitter": "",
+        "queue": "nope"})
+    assert page.status_code == 200 and "queue" in page.context["adminform"].form.errors

@@ -18,6 +18,7 @@ from django.utils.translation import gettext_lazy as _
 
 from django_weft.common.codec import MAX_DEPTH, decode, encode, nests_deeper_than
 from django_weft.common.occurrences import check_cron, parse_zone
+from django_weft.common.queues import configured as configured_queues
 from django_weft.common.registry import registered_workflow_names
 from django_weft.common.tokens import read_task_token
 from django_weft.conf import weft_settings
@@ -162,7 +163,7 @@ class ScheduleForm(forms.ModelForm):
         # Model fields only: the declared input_json is always on the form, unless the admin lists it as
         # read-only (a subclass without it would otherwise fail over an unknown field in Meta).
         fields = ("schedule_id", "workflow_type", "cron", "every", "timezone", "overlap", "backfill_missed",
-                  "catchup_window", "jitter", "start_at", "end_at")
+                  "catchup_window", "jitter", "start_at", "end_at", "queue", "priority")
         help_texts = {"every": _every_help()}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -176,6 +177,13 @@ class ScheduleForm(forms.ModelForm):
             workflow_type.choices = [(n, n) for n in sorted(names)]
         if not self.is_bound and not instance.pk:
             self.initial.setdefault("timezone", settings.TIME_ZONE)
+        if "priority" in self.fields:
+            self.fields["priority"].required = False  # empty: 0
+        if "queue" in self.fields:  # the queues of WEFT_QUEUES (and the one it has, if it has gone since)
+            queue_names = set(configured_queues()) | ({instance.queue} if instance.queue else set())
+            self.fields["queue"] = forms.ChoiceField(
+                label=_("queue"), required=False,
+                choices=[("", _("the workflow's own")), *((n, n) for n in sorted(queue_names))])
         self.input_editable = "input_json" in self.fields  # not when the admin shows the schedule read-only
         if instance.pk and self.input_editable:
             try:
@@ -241,7 +249,8 @@ class ScheduleForm(forms.ModelForm):
                 self.spec = ScheduleSpec.check(
                     cron=cron, every=every, timezone=zone, overlap=data.get("overlap"),
                     backfill=bool(data.get("backfill_missed")), catchup_window=data.get("catchup_window"),
-                    jitter=data.get("jitter"), start_at=start_at, end_at=end_at)
+                    jitter=data.get("jitter"), start_at=start_at, end_at=end_at, queue=data.get("queue") or None,
+                    priority=data.get("priority") or 0)
             except WeftError as exc:
                 self.add_error(None, str(exc))
         data["cron"] = cron or ""

@@ -34,6 +34,8 @@ class ScheduleOptions(Body):
     jitter: Seconds = Field(None, description="Delay each occurrence by a deterministic amount below this.")
     start_at: dt.datetime | None = None
     end_at: dt.datetime | None = None
+    queue: str | None = Field(None, max_length=100, description="A queue of WEFT_QUEUES its runs start on.")
+    priority: int = Field(0, ge=-(2**31 - 1), le=2**31 - 1, description="Their priority on it (lower first).")
 
 
 class ScheduleIn(ScheduleOptions):
@@ -67,6 +69,8 @@ class ScheduleOut(Schema):
     jitter: Seconds
     start_at: dt.datetime | None
     end_at: dt.datetime | None
+    queue: str | None
+    priority: int
     status: str
     note: str
     next_fire_at: dt.datetime | None
@@ -114,6 +118,7 @@ def schedule_out(schedule: Schedule, *, in_settings: bool) -> dict[str, Any]:
         "overlap": schedule.overlap, "backfill": schedule.backfill_missed,
         "catchup_window": _seconds(schedule.catchup_window), "jitter": _seconds(schedule.jitter),
         "start_at": schedule.start_at, "end_at": schedule.end_at, "status": schedule.status, "note": schedule.note,
+        "queue": schedule.queue or None, "priority": schedule.priority,
         "next_fire_at": schedule.next_fire_at, "last_fire_at": schedule.last_fire_at,
         "missed_fire_count": schedule.missed_fire_count, "last_missed_fire_at": schedule.last_missed_fire_at,
         "queued_runs": schedule.queued_runs, "current_run_id": schedule.current_run_id,

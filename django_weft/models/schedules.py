@@ -30,6 +30,9 @@ class Schedule(models.Model):
     backfill_missed = models.BooleanField(default=False)
     catchup_window = models.DurationField(null=True, blank=True)
     jitter = models.DurationField(null=True, blank=True)
+    # The queue (WEFT_QUEUES) its runs start on ("" for the workflow's own default), and their priority there.
+    queue = models.CharField(max_length=100, blank=True, default="", db_default="")
+    priority = models.IntegerField(default=0, db_default=0)
     start_at = models.DateTimeField(null=True, blank=True)
     end_at = models.DateTimeField(null=True, blank=True)
     # Anchor of interval schedules (start_at, or when the cadence was last set).

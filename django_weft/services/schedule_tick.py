@@ -22,6 +22,7 @@ from django.db.models import Field
 
 from django_weft.common.codec import decode
 from django_weft.common.occurrences import Cadence, count_between, jitter_offset, parse_zone
+from django_weft.common.queues import configured as configured_queues
 from django_weft.common.registry import get_workflow
 from django_weft.common.storable import storable_text
 from django_weft.conf import weft_settings
@@ -144,8 +145,11 @@ class ScheduleTicker:
     def start(self, moment: datetime, *, detail: str = "") -> Workflow | None:
         schedule = self.schedule
         definition = get_workflow(schedule.workflow_type)
+        # A queue dropped from WEFT_QUEUES since: its runs start as the workflow's own would.
+        queue = schedule.queue if schedule.queue in configured_queues() else None
         run = prepare_run(definition, decode(schedule.input),
-                          workflow_id=f"{schedule.schedule_id}@{moment.isoformat()}"[:255])
+                          workflow_id=f"{schedule.schedule_id}@{moment.isoformat()}"[:255], queue=queue,
+                          priority=schedule.priority)
         run.schedule, run.scheduled_for = schedule, moment
         if self.traces is not None:
             # A page ticked together has no savepoint per run: a duplicate fails the page, which is then

@@ -20,6 +20,7 @@ from django_weft.common import clock
 from django_weft.common.codec import decode, encode
 from django_weft.common.durations import check_moment, to_seconds
 from django_weft.common.occurrences import check_cron, count_between, parse_zone
+from django_weft.common.queues import check_queue_name
 from django_weft.common.registry import get_workflow
 from django_weft.common.storable import check_text
 from django_weft.conf import weft_settings
@@ -54,7 +55,7 @@ from django_weft.services.schedule_tick import (  # noqa: F401
     set_next,
 )
 from django_weft.store import transitions, wakeups
-from django_weft.store.starts import check_id
+from django_weft.store.starts import check_id, check_priority
 
 # Occurrences one backfill() call may start.
 MAX_BACKFILL = 10_000
@@ -76,10 +77,12 @@ class ScheduleSpec:
     jitter: timedelta | None
     start_at: datetime | None
     end_at: datetime | None
+    queue: str = ""
+    priority: int = 0
 
     @classmethod
     def check(cls, *, cron: Any, every: Any, timezone: Any, overlap: Any, backfill: Any, catchup_window: Any,
-              jitter: Any, start_at: Any, end_at: Any) -> ScheduleSpec:
+              jitter: Any, start_at: Any, end_at: Any, queue: Any = None, priority: Any = 0) -> ScheduleSpec:
         if (cron is None) == (every is None):
             raise InvalidArgument("a schedule needs exactly one of cron and every")
         if cron is not None:
@@ -102,24 +105,30 @@ class ScheduleSpec:
         if start_at is not None and end_at is not None and end_at <= start_at:
             raise InvalidArgument("end_at must be after start_at")
 
+        if queue is not None and queue != "":
+            check_queue_name(queue)
+        check_priority(priority)
+
         def duration(value: Any, name: str) -> timedelta | None:
             return None if value is None else timedelta(seconds=to_seconds(value, name, allow_zero=False))
 
         return cls(cron=cron or "", every=interval, timezone=zone, overlap=overlap, backfill=backfill,
                    catchup_window=duration(catchup_window, "catchup_window"), jitter=duration(jitter, "jitter"),
-                   start_at=start_at, end_at=end_at)
+                   start_at=start_at, end_at=end_at, queue=queue or "", priority=priority)
 
     @classmethod
     def of(cls, schedule: Schedule) -> ScheduleSpec:
         return cls(cron=schedule.cron, every=schedule.every, timezone=schedule.timezone, overlap=schedule.overlap,
                    backfill=schedule.backfill_missed, catchup_window=schedule.catchup_window,
-                   jitter=schedule.jitter, start_at=schedule.start_at, end_at=schedule.end_at)
+                   jitter=schedule.jitter, start_at=schedule.start_at, end_at=schedule.end_at,
+                   queue=schedule.queue, priority=schedule.priority)
 
     def apply(self, schedule: Schedule) -> None:
         schedule.cron, schedule.every, schedule.timezone = self.cron, self.every, self.timezone
         schedule.overlap, schedule.backfill_missed = self.overlap, self.backfill
         schedule.catchup_window, schedule.jitter = self.catchup_window, self.jitter
         schedule.start_at, schedule.end_at = self.start_at, self.end_at
+        schedule.queue, schedule.priority = self.queue, self.priority
 
 
 
@@ -153,6 +162,8 @@ def create_schedule(
     jitter: float | timedelta | None = None,
     start_at: datetime | None = None,
     end_at: datetime | None = None,
+    queue: str | None = None,
+    priority: int = 0,
 ) -> Schedule:
     """Create a schedule that starts runs of ``workflow`` on a cron or interval cadence.
 
@@ -161,12 +172,14 @@ def create_schedule(
     ``overlap`` decides what an occurrence does while the previous run is open: ``skip``,
     ``buffer_one``, ``buffer_all``, ``cancel_other`` or ``allow_all``. ``backfill=True`` runs occurrences
     a late tick missed (up to 256 per tick, none older than ``catchup_window``) instead of counting them
-    as missed. ``jitter`` delays each occurrence by a deterministic amount below it.
+    as missed. ``jitter`` delays each occurrence by a deterministic amount below it. ``queue`` and ``priority``:
+    its runs start on that queue of WEFT_QUEUES (default: the workflow's own) with that priority.
     """
     _check_schedule_id(schedule_id)
     definition = get_workflow(workflow)
     spec = ScheduleSpec.check(cron=cron, every=every, timezone=timezone, overlap=overlap, backfill=backfill,
-                              catchup_window=catchup_window, jitter=jitter, start_at=start_at, end_at=end_at)
+                              catchup_window=catchup_window, jitter=jitter, start_at=start_at, end_at=end_at,
+                              queue=queue, priority=priority)
     data = encode(input, what=f"input of schedule {schedule_id!r}")
     now = clock.now()
     schedule = Schedule(schedule_id=schedule_id, workflow_type=definition.name, input=data,
@@ -276,7 +289,7 @@ def cancel(schedule: Schedule) -> None:
 
 
 UPDATABLE = {"input", "cron", "every", "timezone", "overlap", "backfill", "catchup_window", "jitter", "start_at",
-             "end_at"}
+             "end_at", "queue", "priority"}
 
 
 # What decides when occurrences fall due: an edit of one of these moves the next occurrence.
@@ -322,7 +335,8 @@ def _edited(schedule: Schedule, current: ScheduleSpec,
     """The validated options and encoded input of ``schedule`` once ``changes`` apply."""
     values = {"cron": current.cron or None, "every": current.every, "timezone": current.timezone,
               "overlap": current.overlap, "backfill": current.backfill, "catchup_window": current.catchup_window,
-              "jitter": current.jitter, "start_at": current.start_at, "end_at": current.end_at}
+              "jitter": current.jitter, "start_at": current.start_at, "end_at": current.end_at,
+              "queue": current.queue, "priority": current.priority}
     changes = dict(changes)
     if "cron" in changes or "every" in changes:
         values["cron"], values["every"] = changes.pop("cron", None), changes.pop("every", None)
@@ -419,12 +433,13 @@ def backfill(schedule: Schedule, start: datetime, end: datetime) -> int:
 
 REMOVED_NOTE = "removed from WEFT_SCHEDULES"
 SETTING_KEYS = {"workflow", "input", "cron", "every", "timezone", "overlap", "backfill", "catchup_window", "jitter",
-                "start_at", "end_at"}
+                "start_at", "end_at", "queue", "priority"}
 
 
 # What an option left out of a WEFT_SCHEDULES entry means (create_schedule's defaults).
 SETTING_DEFAULTS: dict[str, Any] = {"input": None, "timezone": None, "overlap": OverlapPolicy.SKIP, "backfill": False,
-                                    "catchup_window": None, "jitter": None, "start_at": None, "end_at": None}
+                                    "catchup_window": None, "jitter": None, "start_at": None, "end_at": None,
+                                    "queue": None, "priority": 0}
 
 
 @dataclass
@@ -493,7 +508,8 @@ def _defined_as(schedule: Schedule, workflow_type: str, fields: dict[str, Any]) 
     spec = ScheduleSpec.check(cron=fields.get("cron"), every=fields.get("every"), timezone=fields["timezone"],
                               overlap=fields["overlap"], backfill=fields["backfill"],
                               catchup_window=fields["catchup_window"], jitter=fields["jitter"],
-                              start_at=fields["start_at"], end_at=fields["end_at"])
+                              start_at=fields["start_at"], end_at=fields["end_at"], queue=fields["queue"],
+                              priority=fields["priority"])
     removed = schedule.status == ScheduleStatus.PAUSED and schedule.note == REMOVED_NOTE
     return (schedule.from_settings and not removed and schedule.workflow_type == workflow_type
             and ScheduleSpec.of(schedule) == spec and _same_input(schedule, fields["input"]))

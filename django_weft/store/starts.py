@@ -166,7 +166,12 @@ def check_queue_options(definition: WorkflowDefinition, queue: str | None, concu
         check_id(concurrency_key, "concurrency_key")
         if name is None:
             raise InvalidArgument("concurrency_key needs a queue: the queue's concurrency_per_key counts it")
+    check_priority(priority)
+    return name or ""
+
+
+def check_priority(priority: Any) -> int:
     if not isinstance(priority, int) or isinstance(priority, bool) or not -MAX_PRIORITY <= priority <= MAX_PRIORITY:
         raise InvalidArgument(f"priority must be an int between {-MAX_PRIORITY} and {MAX_PRIORITY} (lower is "
                               f"admitted first), got {priority!r}")
-    return name or ""
+    return priority
