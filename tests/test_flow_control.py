@@ -404,3 +404,26 @@ def test_the_admin_schedule_form_takes_a_queue_and_a_priority(staff_client):
         "cron": "*/5 * * * *", "every": "", "timezone": "UTC", "overlap": "skip", "catchup_window": "", "jitter": "",
         "queue": "nope"})
     assert page.status_code == 200 and "queue" in page.context["adminform"].form.errors
+
+
+def test_a_retried_run_of_a_queue_waits_for_a_slot_again(weft_env):
+    failing = weft.start(qw.fails_on_go, queue="emails")
+    blocker = weft.start(qw.waiter, queue="emails")
+    weft_env.drive()
+    failing.signal("go")
+    weft_env.drive()
+    assert failing.status == RunStatus.FAILED
+    weft.start(qw.waiter, queue="emails")  # takes the slot the failed run freed
+    weft_env.drive()
+    assert admitted("emails") == 2
+    first_admission = failing.refresh().admitted_at
+    weft_env.advance(5)
+    call_command("weft_runs", "retry", "--type", "flowctl.fails_on_go", "--yes", stdout=io.StringIO())
+    assert failing.status == RunStatus.QUEUED, "the retry does not pass its queue's limit"
+    weft_env.drive()
+    assert failing.status == RunStatus.QUEUED
+    blocker.signal("go")
+    weft_env.drive()
+    run = failing.refresh()
+    assert run.admitted_at > first_admission, "admitted again when a slot freed"
+    assert run.status == RunStatus.FAILED and run.retries == 1, "it ran again (and its code fails again)"

@@ -14,7 +14,7 @@ from django.db.models import F
 
 from django_weft.exceptions import TransitionNotAllowed
 from django_weft.models import AsyncActivity, StepAttempt, StepStatus, Timer, Workflow, WorkflowStep
-from django_weft.store import lock_retries, wakeups
+from django_weft.store import admissions, lock_retries, wakeups
 from django_weft.store.transitions import S, check_transition, locked_run, locked_with_owners
 
 
@@ -64,7 +64,8 @@ def retry_failed(run_id: Any, now: datetime) -> Workflow:
     The failed step(s) at the end of the journal are deleted (with their timers and async attempts), so
     the step runs again from attempt 1; the rest of the journal is kept and replays. A run that failed by
     an uncaught exception after its last step simply replays. The run loses its error, failure category and
-    finish time and becomes runnable now. Raises TransitionNotAllowed unless the run is failed, or if another
+    finish time and becomes runnable now (a run of a queue: queued, until its queue admits it). Raises
+    TransitionNotAllowed unless the run is failed, or if another
     run of its workflow id is open (one open run per workflow id).
     """
     with transaction.atomic():
@@ -96,11 +97,16 @@ def retry_failed(run_id: Any, now: datetime) -> Workflow:
             StepAttempt.objects.filter(run=run, seq__in=seqs).delete()
             Timer.objects.filter(run=run, seq__in=seqs).delete()
             AsyncActivity.objects.filter(run=run, seq__in=seqs).delete()
-        Workflow.objects.filter(pk=run.pk).update(
-            status=S.RUNNING, fence=F("fence") + 1, runnable_at=now, lease_owner="", wait_reason="",
-            error=None, result=None, finished_at=None, cancel_requested_at=None, awaiting_signals=[],
-            failure_category="", termination_reason="", retries=F("retries") + 1, updated_at=now,
-        )
-        wakeups.runnable(run.pk, now, now)
+        # A run of a queue takes a slot again: it waits, queued, for its queue to admit it.
+        queued = {"status": S.QUEUED, "runnable_at": None, "admit_at": now} if run.queue else {}
+        Workflow.objects.filter(pk=run.pk).update(**{
+            "status": S.RUNNING, "fence": F("fence") + 1, "runnable_at": now, "lease_owner": "", "wait_reason": "",
+            "error": None, "result": None, "finished_at": None, "cancel_requested_at": None, "awaiting_signals": [],
+            "failure_category": "", "termination_reason": "", "retries": F("retries") + 1, "updated_at": now,
+            **queued})
+        if run.queue:
+            admissions.admit_after_commit(run.queue)
+        else:
+            wakeups.runnable(run.pk, now, now)
     run.refresh_from_db()
     return run
