@@ -277,6 +277,10 @@ class WeftTestEnv:
 def _describe_wait(run: Workflow) -> str:
     """What an open run waits for, in a few words: ``waiting: retrying charge_card (attempt 3) at ...``."""
     status = run.status
+    if status == RunStatus.QUEUED:
+        queue = f"on queue {run.queue!r}" if run.queue else "of a paused type, or debounced"
+        return f"queued {queue}, from {_moment(run.admit_at)} (see weft.queue_info)" if run.admit_at else \
+            f"queued {queue}"
     if status == RunStatus.PENDING:
         when = f"starts at {_moment(run.runnable_at)}" if run.runnable_at else "not started"
         return f"pending: {when}"

@@ -427,3 +427,10 @@ def test_a_retried_run_of_a_queue_waits_for_a_slot_again(weft_env):
     run = failing.refresh()
     assert run.admitted_at > first_admission, "admitted again when a slot freed"
     assert run.status == RunStatus.FAILED and run.retries == 1, "it ran again (and its code fails again)"
+
+
+def test_the_test_env_says_a_run_waits_in_its_queue(weft_env):
+    [weft.start(qw.waiter, queue="emails") for _ in range(2)]
+    handle = weft.start(qw.waiter, queue="emails")
+    with pytest.raises(TimeoutError, match="queued on queue 'emails'"):
+        handle.result()
