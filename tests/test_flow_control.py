@@ -335,6 +335,8 @@ def test_metrics_show_each_queue(weft_env, staff_client):
     assert 'weft_queue_backlog{queue="emails"} 1.0' in text
     assert 'weft_queue_admitted{queue="emails"} 2.0' in text
     assert 'weft_queue_admissions_total{queue="emails"} 2.0' in text
+    assert 'weft_queue_limit{limit="concurrency",queue="emails"} 2.0' in text
+    assert 'weft_queue_limit{limit="rate",queue="limited"} 50.0' in text
 
 
 def test_the_admin_lists_queues_and_changes_limits(weft_env, staff_client):

@@ -27,7 +27,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from django_weft.common import clock
-from django_weft.common.queues import NO_QUEUE
+from django_weft.common.queues import LIMIT_KEYS, NO_QUEUE, limits_from
+from django_weft.common.queues import configured as configured_queues
 from django_weft.conf import weft_settings
 from django_weft.models import QueueState, RunStatus, Schedule, ScheduleStatus, Timer, Workflow
 from django_weft.observability.access import bearer_token, is_metrics_token
@@ -140,7 +141,7 @@ def _queue_gauges(now: datetime) -> Iterator[Metric]:
                       oldest=Min("admit_at", filter=queued & Q(admit_at__lte=now))))
     by_queue: dict[str, dict[str, Any]] = {row["queue"] or NO_QUEUE: dict(row) for row in rows}
     states = {state.name: state for state in QueueState.objects.all()}
-    names = sorted(set(by_queue) | set(states))
+    names = sorted(set(by_queue) | set(states) | set(configured_queues()))
     families = {
         "backlog": GaugeMetricFamily("weft_queue_backlog", "Queued runs, by queue.", labels=["queue"]),
         "admitted": GaugeMetricFamily("weft_queue_admitted", "Admitted runs still open, by queue.", labels=["queue"]),
@@ -152,6 +153,8 @@ def _queue_gauges(now: datetime) -> Iterator[Metric]:
                                           labels=["queue"]),
     }
     admissions = CounterMetricFamily("weft_queue_admissions", "Runs admitted, by queue.", labels=["queue"])
+    limits = GaugeMetricFamily("weft_queue_limit", "A queue's limits in force (the rates in admissions per second).",
+                               labels=["queue", "limit"])
     for name in names:
         row = by_queue.get(name, {})
         families["backlog"].add_metric([name], row.get("backlog", 0))
@@ -160,8 +163,15 @@ def _queue_gauges(now: datetime) -> Iterator[Metric]:
         state = states.get(name)
         families["rate_limited"].add_metric([name], state.rate_limited if state else 0)
         admissions.add_metric([name], state.admitted_total if state else 0)
+        values = {**(configured_queues().get(name) or {}), **(state.overrides if state else {})}
+        in_force = limits_from({k: v for k, v in values.items() if k in LIMIT_KEYS})
+        for limit in LIMIT_KEYS:
+            value = getattr(in_force, limit)
+            if value is not None:
+                limits.add_metric([name, limit], value if isinstance(value, int) else value.count / value.period)
     yield from families.values()
     yield admissions
+    yield limits
 
 
 def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
