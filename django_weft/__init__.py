@@ -50,6 +50,7 @@ from django_weft.exceptions import (
     ScheduleNotFound,
     StartOrSignalConflict,
     TaskTokenAlreadyUsed,
+    TransactionRoutingError,
     TransitionNotAllowed,
     UpdateFailed,
     UpdateNotHandled,
@@ -75,12 +76,14 @@ from django_weft.runtime.activities import (
     fail_async_activity,
     heartbeat,
 )
+from django_weft.runtime.transactions import transaction
 
 _install_moved_paths()
 
 if TYPE_CHECKING:
     from django_weft.models import Schedule
     from django_weft.runtime.context import ChildHandle, Context, Pending
+    from django_weft.runtime.heartbeats import heartbeat_async
     from django_weft.services import bulk
     from django_weft.services.bulk import BulkPreview, BulkResult
     from django_weft.services.client import WorkflowHandle, cancel, get_handle, signal, start, terminate
@@ -140,6 +143,7 @@ _LAZY = {
     "pause_type": "services.queues",
     "resume_type": "services.queues",
     "paused_types": "services.queues",
+    "heartbeat_async": "runtime.heartbeats",
 }
 
 
@@ -195,6 +199,7 @@ __all__ = [
     "StartOrSignalResult",
     "StartOrUpdateResult",
     "TaskTokenAlreadyUsed",
+    "TransactionRoutingError",
     "TransitionNotAllowed",
     "UpdateFailed",
     "UpdateHandle",
@@ -223,6 +228,7 @@ __all__ = [
     "get_handle",
     "get_schedule",
     "heartbeat",
+    "heartbeat_async",
     "list_queues",
     "list_runs",
     "pause_type",
@@ -237,5 +243,6 @@ __all__ = [
     "start_or_signal",
     "start_or_update",
     "terminate",
+    "transaction",
     "workflow",
 ]

@@ -86,6 +86,11 @@ class BulkConfirmationError(WeftError):
     preview, or the token is of another operation or filter, or forged. Nothing was done; preview again."""
 
 
+class TransactionRoutingError(WeftError):
+    """A ``@weft.transaction`` function wrote (or declared a model) on another database than the one django_weft
+    records its steps on: its writes could not commit with its step, so nothing it did was kept."""
+
+
 class FencingError(WeftError):
     """A commit was refused because the run was taken from this executor."""
 

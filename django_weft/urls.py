@@ -1,4 +1,4 @@
-"""``path("weft/", include("django_weft.urls"))`` exposes the async-activity completion webhooks and the
+"""``path("weft/", include("django_weft.urls"))`` exposes the async-activity completion and heartbeat webhooks and the
 Prometheus metrics (``metrics/``: see django_weft.views.metrics for who may read them)."""
 
 from __future__ import annotations
@@ -12,5 +12,6 @@ app_name = "django_weft"
 urlpatterns = [
     path("complete/", views.complete, name="complete"),
     path("fail/", views.fail, name="fail"),
+    path("heartbeat/", views.heartbeat, name="heartbeat"),
     path("metrics/", views.metrics, name="metrics"),
 ]

@@ -1,11 +1,13 @@
-"""Webhook endpoints that complete or fail async activities, for systems that cannot import Python.
+"""Webhook endpoints that complete, fail or heartbeat async activities, for systems that cannot import Python.
 
 POST a JSON body: ``{"token": "...", "result": ...}`` to ``complete/``, ``{"token": "...", "error":
-{"message": "...", "type": "..."}}`` (or a message string) to ``fail/``. The token is the only
-credential (signed, single-use), so the views are CSRF-exempt. Status codes: 200 done, 400 bad request,
-404 unknown or forged token, 409 already resolved, 413 too large, 422 nested deeper than a payload may be
-(django_weft.common.codec.MAX_DEPTH). The HTTP API offers the same (``POST weft/api/complete`` and ``fail``) through
-:func:`resolve`, with its error format.
+{"message": "...", "type": "..."}}`` (or a message string) to ``fail/``, ``{"token": "...", "details": ...}``
+(details optional) to ``heartbeat/``, which answers ``{"ok": true, "cancelled": false}`` (true: stop, the
+attempt was cancelled). The token is the only credential (signed; single-use for a resolution), so the views
+are CSRF-exempt. Status codes: 200 done, 400 bad request, 404 unknown or forged token, 409 already resolved,
+413 too large, 422 nested deeper than a payload may be (django_weft.common.codec.MAX_DEPTH). The HTTP API
+offers the same (``POST weft/api/complete``, ``fail`` and ``heartbeat``) through :func:`resolve` and
+:func:`beat`, with its error format.
 
 ``metrics/`` (GET) answers Prometheus' text format: to anyone with ``WEFT_METRICS_PUBLIC = True``, else to a
 staff user or a request with ``Authorization: Bearer <WEFT_METRICS_TOKEN>`` (the scheme in any case; 401
@@ -15,7 +17,8 @@ without credentials, 403 with wrong ones); 501 when metrics are off or prometheu
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -36,6 +39,7 @@ from django_weft.exceptions import (
 from django_weft.observability import events
 from django_weft.observability.access import bearer_token, is_metrics_token
 from django_weft.runtime.activities import complete_async_activity, fail_async_activity
+from django_weft.runtime.heartbeats import heartbeat_async
 
 # What resolving an async activity can meet: (exception, HTTP status, the HTTP API's code), the first match wins.
 REFUSALS: tuple[tuple[type[Exception], int, str], ...] = (
@@ -60,8 +64,23 @@ class Refused(Exception):
 def resolve(field: str, token: str, value: Any) -> None:
     """Complete (``field="result"``) or fail (``"error"``) the async activity of ``token``; these views and the
     HTTP API's ``complete`` and ``fail`` both call it. Raises :class:`Refused`."""
-    try:
+    with _refusals():
         ACTIONS[field](token, value)
+
+
+def beat(token: str, details: Any) -> bool:
+    """Heartbeat the async activity of ``token``; True if it was cancelled. For ``heartbeat/`` and the HTTP API's
+    ``heartbeat``. Raises :class:`Refused`."""
+    with _refusals():
+        cancelled = heartbeat_async(token, details)
+    return cancelled
+
+
+@contextmanager
+def _refusals() -> Iterator[None]:
+    """Turn what a token's call can meet (REFUSALS) into :class:`Refused`."""
+    try:
+        yield
     except Exception as exc:
         for cls, status, code in REFUSALS:
             if isinstance(exc, cls):
@@ -74,6 +93,20 @@ def _error(status: int, message: str) -> JsonResponse:
 
 
 def _handle(request: HttpRequest, field: str) -> JsonResponse:
+    data = _read_body(request, field)
+    if isinstance(data, JsonResponse):
+        return data
+    try:
+        if field == "details":
+            return JsonResponse({"ok": True, "cancelled": beat(data["token"], data.get(field))})
+        resolve(field, data["token"], data.get(field))
+    except Refused as refused:
+        return _error(refused.status, str(refused))
+    return JsonResponse({"ok": True})
+
+
+def _read_body(request: HttpRequest, field: str) -> dict | JsonResponse:
+    """The JSON object posted, holding a "token" string and at most ``field`` besides; else the error to answer."""
     limit = weft_settings.MAX_REQUEST_BYTES
     try:
         declared = int(request.META.get("CONTENT_LENGTH") or 0)
@@ -97,11 +130,7 @@ def _handle(request: HttpRequest, field: str) -> JsonResponse:
         return _error(400, f'unknown field {unknown[0]!r}: the body holds "token" and "{field}"')
     if field == "error" and "error" not in data:
         return _error(400, 'the body needs an "error" (a message or {"message": ..., "type": ...})')
-    try:
-        resolve(field, data["token"], data.get(field))
-    except Refused as refused:
-        return _error(refused.status, str(refused))
-    return JsonResponse({"ok": True})
+    return data
 
 
 @csrf_exempt
@@ -114,6 +143,12 @@ def complete(request: HttpRequest) -> JsonResponse:
 @require_POST
 def fail(request: HttpRequest) -> JsonResponse:
     return _handle(request, "error")
+
+
+@csrf_exempt
+@require_POST
+def heartbeat(request: HttpRequest) -> JsonResponse:
+    return _handle(request, "details")
 
 
 def _may_read_metrics(request: HttpRequest) -> int | None:

@@ -17,6 +17,11 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
 if os.environ.get("WEFT_TEST_DB_NAME"):  # set for subprocesses: use the test database itself
     DATABASES["default"]["NAME"] = os.environ["WEFT_TEST_DB_NAME"]
 
+# A second database, always SQLite, for the tests of @weft.transaction's refusal of writes routed elsewhere (only
+# the tests that name it in django_db(databases=...) use it).
+DATABASES["other"] = {"ENGINE": "django.db.backends.sqlite3", "NAME": str(BASE_DIR / "other.sqlite3"),
+                      "TEST": {"NAME": os.environ.get("WEFT_SQLITE_OTHER_DB", str(BASE_DIR / "test_other.sqlite3"))}}
+
 WEFT_LEASE_SECONDS = float(os.environ.get("WEFT_LEASE_SECONDS", "30"))
 WEFT_HEARTBEAT_SECONDS = float(os.environ.get("WEFT_HEARTBEAT_SECONDS", "10"))
 WEFT_MAX_RECOVERY_ATTEMPTS = int(os.environ.get("WEFT_MAX_RECOVERY_ATTEMPTS", "10"))

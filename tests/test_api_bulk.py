@@ -94,9 +94,16 @@ def test_suspend_resume_retry_and_purge(api, weft_env):
     ("retry_failed", "retry_workflow"), ("suspend", "suspend_workflow"), ("resume", "suspend_workflow"),
     ("purge", "purge_workflow")])
 def test_each_operation_needs_the_permission_the_admin_asks_for(key_with, operation, codename):
-    body = {"dry_run": True, "signal": "approval"}
+    body = {"dry_run": True, **({"signal": "approval"} if operation == "signal" else {})}
     assert error_of(key_with("view_workflow").post(f"bulk/{operation}", body)) == (403, "forbidden")
     assert key_with(codename).post(f"bulk/{operation}", body).status_code == 200
+
+
+def test_a_field_the_operation_does_not_take_is_refused_not_ignored(api):
+    response = api.post("bulk/cancel", {"dry_run": True, "payload": {"a": 1}, "signal": "approval"})
+    assert error_of(response) == (422, "invalid_argument")
+    assert "bulk cancel takes no payload, signal" in response.json()["error"]
+    assert api.post("bulk/cancel", {"dry_run": True, "reason": "why"}).status_code == 200
 
 
 def test_bulk_filters_are_checked_like_the_lists(api):

@@ -68,6 +68,7 @@ PAYLOAD_ROUTES = [
     ("post", "runs/cart/updates/add_item", '{"payload": DEEP, "timeout": 0}'),
     ("post", "runs/cart/queries/items", '{"args": [DEEP]}'),
     ("post", "complete", '{"token": TOKEN, "result": DEEP}'),
+    ("post", "heartbeat", '{"token": TOKEN, "details": DEEP}'),
     ("post", "schedules", '{"schedule_id": "other", "workflow": "test.approval", "input": DEEP, "every": 60}'),
     ("patch", "schedules/nightly", '{"input": DEEP}'),
     ("post", "bulk/signal", '{"signal": "approval", "payload": DEEP, "dry_run": true}'),
@@ -143,6 +144,7 @@ UNKNOWN_FIELDS = [
     ("post", "runs/cart/queries/items", {"args": [], "kwargs": {}}, "kwargs"),
     ("post", "complete", {"token": "TOKEN", "result": 1, "reslt": 1}, "reslt"),
     ("post", "fail", {"token": "TOKEN", "error": "no", "retry": False}, "retry"),
+    ("post", "heartbeat", {"token": "TOKEN", "detail": 1}, "detail"),
     ("post", "bulk/cancel", {"dry_run": True, "dryrun": False}, "dryrun"),
     ("post", "schedules", {"schedule_id": "other", "workflow": "test.approval", "every": 60, "scheduleId": "x"},
      "scheduleId"),
@@ -162,9 +164,10 @@ def test_every_body_refuses_a_field_the_document_does_not_name(api, targets, met
     assert state() == before
 
 
-@pytest.mark.parametrize(("view", "field"), [("complete", "result"), ("fail", "error")])
-def test_the_webhooks_refuse_a_field_they_do_not_take(client, targets, view, field):
-    body = {"token": targets, field: "x", "reslt" if view == "complete" else "retry": 1}
+@pytest.mark.parametrize(("view", "field", "typo"), [("complete", "result", "reslt"), ("fail", "error", "retry"),
+                                                     ("heartbeat", "details", "detail")])
+def test_the_webhooks_refuse_a_field_they_do_not_take(client, targets, view, field, typo):
+    body = {"token": targets, field: "x", typo: 1}
     response = client.post(f"/weft/{view}/", json.dumps(body), content_type="application/json")
     assert response.status_code == 400 and "unknown field" in response.json()["error"]
     assert AsyncActivity.objects.get(token=targets).status == "pending"

@@ -13,7 +13,7 @@ from django.urls import reverse
 
 import django_weft as weft
 from django_weft.common.codec import MAX_DEPTH, decode, encode
-from django_weft.models import AsyncActivity, Schedule, Signal, Workflow, WorkflowUpdate
+from django_weft.models import ActivityHeartbeat, AsyncActivity, Schedule, Signal, Workflow, WorkflowUpdate
 from django_weft.testing import WeftTestEnv
 
 pytestmark = pytest.mark.django_db
@@ -120,6 +120,7 @@ def test_every_entrance_of_the_python_api_refuses_it_and_writes_nothing(weft_env
         lambda: weft.start_or_signal("test.collect", too_deep, signal="item", workflow_id="sos", signal_id="s1"),
         lambda: cart.start_update("add_item", too_deep),
         lambda: weft.complete_async_activity(token, too_deep),
+        lambda: weft.heartbeat_async(token, too_deep),
         lambda: weft.create_schedule("other", "test.approval", too_deep, every=60),
         lambda: schedule.update(input=too_deep),
         lambda: cart.query("items", too_deep),
@@ -130,6 +131,7 @@ def test_every_entrance_of_the_python_api_refuses_it_and_writes_nothing(weft_env
     assert not Signal.objects.exists() and not WorkflowUpdate.objects.exists()
     assert set(Workflow.objects.values_list("workflow_id", flat=True)) == {"open", "cart", waiting.workflow_id}
     assert AsyncActivity.objects.get(token=token).status == "pending"
+    assert not ActivityHeartbeat.objects.exists()
     assert list(Schedule.objects.values_list("schedule_id", flat=True)) == ["nightly"]
     assert decode(Schedule.objects.get().input) == "k"
 
@@ -205,14 +207,15 @@ def test_the_admin_query_panel_refuses_arguments_too_deep(staff_client, weft_env
 
 
 @pytest.mark.parametrize("depth", [MAX_DEPTH + 1, 600, 5000])
-def test_the_webhooks_answer_422_naming_the_limit(client, weft_env, depth):
+@pytest.mark.parametrize(("view", "field"), [("complete", "result"), ("heartbeat", "details")])
+def test_the_webhooks_answer_422_naming_the_limit(client, weft_env, depth, view, field):
     handle = weft.start("test.async", "hook")
     weft_env.drive()
     token = AsyncActivity.objects.get(run_id=handle.run_id).token
-    body = f'{{"token": {json.dumps(token)}, "result": {deep_json(depth)}}}'
-    response = client.post(reverse("django_weft:complete"), body, content_type="application/json")
+    body = f'{{"token": {json.dumps(token)}, "{field}": {deep_json(depth)}}}'
+    response = client.post(reverse(f"django_weft:{view}"), body, content_type="application/json")
     assert response.status_code == 422 and f"{MAX_DEPTH} levels" in response.json()["error"]
-    assert AsyncActivity.objects.get(token=token).status == "pending"
+    assert AsyncActivity.objects.get(token=token).status == "pending" and not ActivityHeartbeat.objects.exists()
 
 
 def test_the_signal_command_refuses_it(weft_env):

@@ -25,9 +25,11 @@ from django_weft.models import (
     Signal,
     StepAttempt,
     StepStatus,
+    StreamEntry,
     Timer,
     TimerPurpose,
     Workflow,
+    WorkflowEvent,
     WorkflowStep,
 )
 
@@ -90,6 +92,10 @@ class TimerInline(ReadOnlyInline):
             weft_step_started_at=Subquery(step.values("started_at")[:1]),
             weft_async_timed_out=Exists(AsyncActivity.objects.filter(
                 run_id=OuterRef("run_id"), seq=OuterRef("seq"), status=AsyncStatus.TIMED_OUT)),
+            # An async activity's deadline moved on by a heartbeat: the timer fired and a later one replaced it.
+            weft_renewed=Exists(Timer.objects.filter(
+                run_id=OuterRef("run_id"), seq=OuterRef("seq"), purpose=TimerPurpose.ACTIVITY_TIMEOUT,
+                pk__gt=OuterRef("pk"))),
         )
 
     @staticmethod
@@ -113,6 +119,9 @@ class TimerInline(ReadOnlyInline):
         if timer.fired_at is None:
             return _t("pending")
         moment = display_for_value(timer.fired_at, "—")
+        if timer.purpose == TimerPurpose.ACTIVITY_TIMEOUT and getattr(timer, "weft_renewed", False) and \
+                timer.fired_at >= timer.fire_at:
+            return _t("renewed at %(moment)s: a heartbeat came in time") % {"moment": moment}
         if not self.cleared(timer):
             return _t("fired at %(moment)s") % {"moment": moment}
         why = CLEARED_BECAUSE.get(timer.purpose)
@@ -150,6 +159,36 @@ class SignalInline(ReadOnlyInline):
     @admin.display(description=_("payload"))
     def payload_preview(self, signal: Signal) -> str:
         return preview(signal.payload)
+
+
+class EventInline(ReadOnlyInline):
+    """What the run published with ctx.set_event: each key's latest value."""
+
+    model = WorkflowEvent
+    verbose_name = _("event")
+    verbose_name_plural = _("events (latest value per key)")
+    fields = ("key", "value_preview", "seq", "set_at")
+    readonly_fields = fields
+    ordering = ("key",)
+
+    @admin.display(description=_("value"))
+    def value_preview(self, event: WorkflowEvent) -> str:
+        return preview(event.value)
+
+
+class StreamEntryInline(ReadOnlyInline):
+    """What the run wrote with ctx.write_stream, in order (a closed stream ends with its close)."""
+
+    model = StreamEntry
+    verbose_name = _("stream entry")
+    verbose_name_plural = _("streams")
+    fields = ("key", "value_preview", "seq", "written_at")
+    readonly_fields = fields
+    ordering = ("key", "id")
+
+    @admin.display(description=_("value"))
+    def value_preview(self, entry: StreamEntry) -> str:
+        return _t("(stream closed)") if entry.closed else preview(entry.value)
 
 
 # A task token is a bearer credential: POSTed to the completion webhook it completes (or fails) its

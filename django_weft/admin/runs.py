@@ -32,8 +32,10 @@ from django_weft.admin.filters import TagFilter, VersionFilter, attribute_filter
 from django_weft.admin.forms import AsyncCompletionForm, SignalForm
 from django_weft.admin.run_inlines import (
     AsyncActivityInline,
+    EventInline,
     SignalInline,
     StepAttemptInline,
+    StreamEntryInline,
     TimerInline,
     WorkflowStepInline,
     hidden_token,
@@ -149,7 +151,8 @@ class WorkflowAdmin(OperationsMixin, ReadOnlyMixin, admin.ModelAdmin):
     list_per_page = 50
     list_select_related = ("schedule",)
     actions = ("cancel_selected", "retry_selected", "suspend_selected", "resume_selected", "purge_selected")
-    inlines = (WorkflowStepInline, StepAttemptInline, SignalInline, UpdateInline, AsyncActivityInline, TimerInline)
+    inlines = (WorkflowStepInline, StepAttemptInline, SignalInline, UpdateInline, EventInline, StreamEntryInline,
+               AsyncActivityInline, TimerInline)
     change_list_template = "admin/django_weft/workflow/change_list.html"
     change_form_template = "admin/django_weft/workflow/change_form.html"
 

@@ -16,6 +16,7 @@ from pydantic import Field
 from django_weft.api.auth import caller, require
 from django_weft.api.filters import RunFilters, to_keywords
 from django_weft.api.schemas import ERRORS, Body
+from django_weft.exceptions import InvalidArgument
 from django_weft.services import bulk
 from django_weft.services.bulk import BulkPreview
 
@@ -28,6 +29,9 @@ ARGUMENTS: dict[str, tuple[str, ...]] = {
     "cancel": ("reason",), "terminate": ("reason",), "suspend": ("reason",),
     "signal": ("signal", "payload", "signal_id"),
 }
+
+
+TAKEN = frozenset(name for names in ARGUMENTS.values() for name in names)
 
 
 class BulkIn(Body):
@@ -56,6 +60,9 @@ class BulkOut(Schema):
              summary="Preview or act on many runs")
 def perform(request: HttpRequest, operation: Operation, body: BulkIn) -> dict[str, Any]:
     require(request, bulk.PERMISSIONS[operation])
+    ignored = sorted(name for name in body.model_fields_set & TAKEN if name not in ARGUMENTS.get(operation, ()))
+    if ignored:  # it would be dropped silently, and look applied
+        raise InvalidArgument(f"bulk {operation} takes no {', '.join(ignored)}")
     arguments = {name: getattr(body, name) for name in ARGUMENTS.get(operation, ())}
     if operation == "signal":
         arguments["name"] = arguments.pop("signal")

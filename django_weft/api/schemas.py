@@ -36,6 +36,8 @@ UpdateId = Annotated[str, _segment("The update's id", "mail/7731")]
 ScheduleId = Annotated[str, _segment("The schedule id", "team/nightly")]
 QueueName = Annotated[str, _segment("The queue's name (of WEFT_QUEUES)", "emails")]
 TypeName = Annotated[str, _segment("The workflow type's registered name", "shop.checkout")]
+EventKey = Annotated[str, _segment("The event's key", "progress")]
+StreamKey = Annotated[str, _segment("The stream's key", "log")]
 
 
 class ErrorOut(Schema):

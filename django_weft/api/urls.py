@@ -12,7 +12,7 @@ from django_weft.api.routing import Dispatcher
 
 # Routes that wait for a run (they would not see it move inside the request's transaction) and bulk operations
 # (a transaction per run, by design): exempt from ATOMIC_REQUESTS.
-NON_ATOMIC = frozenset({"run_result", "run_update", "run_update_reply", "bulk"})
+NON_ATOMIC = frozenset({"run_result", "run_update", "run_update_reply", "bulk", "run_event", "run_stream"})
 
 _ninja = [pattern for pattern in api.urls[0] if isinstance(pattern, URLPattern)]
 _document = [pattern for pattern in _ninja if pattern.name == "openapi-json"]

@@ -24,6 +24,7 @@ from django_weft.models.choices import (
     TimerPurpose,
     UpdateStatus,
 )
+from django_weft.models.events import StreamEntry, WorkflowEvent
 from django_weft.models.executors import ActivityHeartbeat, Executor
 from django_weft.models.queues import ActivityLimitState, ActivitySlot, ActivitySlotState, PausedType, QueueState
 from django_weft.models.runs import AsyncActivity, Signal, StepAttempt, Timer, Workflow, WorkflowStep
@@ -60,10 +61,12 @@ __all__ = [
     "StepAttempt",
     "StepKind",
     "StepStatus",
+    "StreamEntry",
     "Timer",
     "TimerPurpose",
     "UpdateStatus",
     "Workflow",
+    "WorkflowEvent",
     "WorkflowStep",
     "WorkflowUpdate",
 ]

@@ -56,6 +56,11 @@ class StepKind(models.TextChoices):
     SIGNAL_SENT = "signal_sent", _("Signal sent")
     # ctx.start_branch: the branch's result (its own rows sit in a block of positions, see code_branches).
     BRANCH = "branch", _("Branch of code")
+    # @weft.transaction: the function's writes committed with this row (design 9.4).
+    TRANSACTION = "transaction", _("Database transaction")
+    # ctx.set_event, ctx.write_stream / ctx.close_stream: the value is in WorkflowEvent / StreamEntry.
+    EVENT = "event", _("Event set")
+    STREAM = "stream", _("Stream write")
 
 
 class StepStatus(models.TextChoices):
@@ -72,7 +77,8 @@ class TimerPurpose(models.TextChoices):
     RETRY_BACKOFF = "retry_backoff", _("Retry backoff")
     DELAYED_START = "delayed_start", _("Delayed start")
     WAIT_TIMEOUT = "wait_timeout", _("Signal wait timeout")
-    ACTIVITY_TIMEOUT = "activity_timeout", _("Activity schedule-to-close timeout")
+    # An async activity's deadline: its schedule_to_close_timeout, or its heartbeat_timeout since the last beat.
+    ACTIVITY_TIMEOUT = "activity_timeout", _("Async activity timeout")
 
 
 class AttemptOutcome(models.TextChoices):

@@ -104,6 +104,16 @@ class ActivityDefinition:
     concurrency: int | None = None
     rate: Rate | None = None
     key: Callable[..., Any] | None = None
+    # @weft.transaction (runtime.transactions): the function runs in the transaction that records its step; the
+    # models it declared it writes, checked against the router before it runs.
+    transactional: bool = False
+    models: tuple[type, ...] = ()
+
+    @property
+    def step_kind(self) -> str:
+        from django_weft.models.choices import StepKind
+
+        return StepKind.TRANSACTION if self.transactional else StepKind.ACTIVITY
 
     @property
     def limits(self) -> ActivityLimits | None:
@@ -179,13 +189,18 @@ def activity(
             rate=rate_limit,
             key=key,
         )
-        func.__weft_activity__ = definition  # type: ignore[attr-defined]
-        _by_name[definition.name] = definition
-        return func
+        return register_definition(func, definition)
 
     if fn is not None:
         return register(fn)
     return register
+
+
+def register_definition(func: F, definition: ActivityDefinition) -> F:
+    """Attach ``definition`` to ``func`` (what ``ctx.run(func)`` runs) and register it by name."""
+    func.__weft_activity__ = definition  # type: ignore[attr-defined]
+    _by_name[definition.name] = definition
+    return func
 
 
 # --- replacements (test doubles) ----------------------------------------------------------------------
@@ -290,7 +305,8 @@ class ActivityInfo:
 
     @cached_property
     def heartbeat_details(self) -> Any:
-        """What the step's last ``weft.heartbeat(details)`` stored (an earlier attempt's progress), or None."""
+        """What the step's last ``weft.heartbeat(details)`` (or ``weft.heartbeat_async(token, details)``) stored (an
+        earlier attempt's progress), or None."""
         from django_weft.runtime.heartbeats import recorded_details
 
         return recorded_details(self.run_id, self.seq)

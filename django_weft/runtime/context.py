@@ -19,6 +19,7 @@ from django_weft.runtime.replay.info import RunInfo, WorkflowInfo
 from django_weft.runtime.replay.lifecycle import Lifecycle
 from django_weft.runtime.replay.outgoing import OutgoingSignals
 from django_weft.runtime.replay.pending import Pending
+from django_weft.runtime.replay.published import Published
 from django_weft.runtime.replay.saga import Saga, Sagas
 from django_weft.runtime.replay.timers import Timers
 from django_weft.runtime.replay.values import RecordedValues
@@ -27,6 +28,6 @@ __all__ = ["ChildHandle", "Context", "Pending", "Saga", "WorkflowInfo"]
 
 
 class Context(ActivityOps, Sagas, CodeBranches, Branches, Timers, Inbox, Children, RecordedValues, SearchAttributes,
-              Lifecycle, OutgoingSignals, RunInfo):
+              Lifecycle, OutgoingSignals, Published, RunInfo):
     """What a workflow function receives as ``ctx``: every operation family of runtime.replay, over one
     core (runtime.replay.core.ReplayCore) that assigns journal positions and writes."""

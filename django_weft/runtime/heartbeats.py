@@ -1,6 +1,10 @@
 """Heartbeats from inside an activity: proof of life that keeps the run's lease, progress details kept for
 the step's next attempt, and the channel through which the engine asks a running attempt to stop.
 
+An outside system working on an async activity beats with its task token instead
+(:func:`heartbeat_async`): that renews the parked attempt's ``heartbeat_timeout`` and stores its details the
+same way, and answers whether the attempt was cancelled.
+
 An :class:`AttemptControl` belongs to one attempt. The executor thread that waits for the attempt
 cancels it (a lost race, a passed timeout, a lost run); the attempt learns it at its next
 ``weft.heartbeat()``, which raises :class:`~django_weft.ActivityCancelled`.
@@ -16,13 +20,14 @@ import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from django.db import DatabaseError, IntegrityError, connections
+from django.db import DatabaseError, connections
 
 from django_weft.common import clock
 from django_weft.common.codec import decode, encode
+from django_weft.common.tokens import parse_task_token
 from django_weft.exceptions import ActivityCancelled
 from django_weft.models import ActivityHeartbeat
-from django_weft.store import leases, transitions
+from django_weft.store import activity_answers, activity_heartbeats, leases, transitions
 
 T = TypeVar("T")
 
@@ -162,19 +167,10 @@ class AttemptControl:
             leases.renew([self._claim], now)
             if self._claim.lost:
                 return  # another executor owns the run now: its attempt's details are not ours to write
-        if unwritten is None:
+        if unwritten is None or unwritten[0] is None:
             return
-        fields = {"attempt": self._attempt, "details": unwritten[0], "beat_at": now}
         # A later attempt's details are never overwritten by an earlier one's.
-        rows = ActivityHeartbeat.objects.filter(run_id=self._run_id, seq=self._seq, attempt__lte=self._attempt)
-        if rows.update(**fields):
-            return
-        if ActivityHeartbeat.objects.filter(run_id=self._run_id, seq=self._seq).exists():
-            return  # a later attempt's
-        try:
-            ActivityHeartbeat.objects.create(run_id=self._run_id, seq=self._seq, **fields)
-        except IntegrityError:
-            rows.update(**fields)
+        activity_heartbeats.save(self._run_id, self._seq, self._attempt, now, unwritten[0])
 
     def flush(self) -> None:
         """Write details the throttle held back; the attempt ended (returned, raised or was abandoned)."""
@@ -187,3 +183,24 @@ def recorded_details(run_id: uuid.UUID, seq: int) -> Any:
     data = outside_event_loop(lambda: ActivityHeartbeat.objects.filter(run_id=run_id, seq=seq)
                               .values_list("details", flat=True).first())
     return None if data is None else decode(data)
+
+
+def heartbeat_async(token: str, details: Any = None) -> bool:
+    """Beat for the async activity attempt ``token`` names, from the outside system working on it.
+
+    Each beat renews the activity's ``heartbeat_timeout`` (an async activity that declares one times out,
+    and is retried by its retry policy, when neither a beat nor its completion comes for that long) and,
+    unless ``details`` is None, stores ``details`` for the step's next attempt, which reads them as
+    ``weft.activity_info().heartbeat_details``, as it reads those of ``weft.heartbeat(details)``.
+
+    Returns True when the attempt was cancelled: the run's cancel reached it (a run wakes for its cancel at
+    once; an attempt begun inside ``ctx.cleanup()`` is not cancelled by it) or the run has closed; stop the
+    work then, its result is no longer wanted. False: go on.
+
+    Raises InvalidTaskToken for a forged or unknown token, TaskTokenAlreadyUsed when the attempt already
+    completed, failed or timed out, and PayloadTooLarge / PayloadNotSerializable / PayloadTooDeep for details
+    that cannot be stored (nothing is written then).
+    """
+    parts = parse_task_token(token)
+    data = None if details is None else encode(details, what="heartbeat details")
+    return activity_answers.beat_async(parts, clock.now(), data)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +28,7 @@ from django_weft.exceptions import (
     WorkflowTimedOut,
 )
 from django_weft.models import RunStatus, Workflow
-from django_weft.services import flow_starts, liveness, queries, result_waiters
+from django_weft.services import flow_starts, liveness, published, queries, result_waiters
 from django_weft.store import (
     forks,
     inbox,
@@ -162,6 +162,24 @@ class WorkflowHandle:
         handlers its code registers) or QueryFailed."""
         _check_id(name, "a query name")
         return queries.query(Workflow.objects.end_of_chain(self.refresh()), name, args)
+
+    def get_event(self, key: str, timeout: float | timedelta | None = None) -> Any:
+        """The latest value the run (or its continue-as-new chain) set for event ``key`` with ``ctx.set_event``,
+        waiting until it is set: None if ``timeout`` seconds pass first, or the run ends without setting it. Woken
+        by NOTIFY on PostgreSQL; elsewhere it polls."""
+        seconds = None if timeout is None else to_seconds(timeout, "timeout", allow_zero=True)
+        return published.get_event(self.run_id, key, seconds)
+
+    def events(self) -> dict[str, Any]:
+        """Every event key the run (or its chain) set, with its latest value (waits for nothing)."""
+        return published.events(self.run_id)
+
+    def read_stream(self, key: str, start: int = 0, *, timeout: float | timedelta | None = None) -> Iterator[Any]:
+        """The values the run writes to stream ``key`` (``ctx.write_stream``), in order from the ``start``-th,
+        waiting for each, until the run closes the stream (``ctx.close_stream``) or its chain ends. With
+        ``timeout``, TimeoutError when that many seconds pass without a new value."""
+        seconds = None if timeout is None else to_seconds(timeout, "timeout", allow_zero=True)
+        return published.read_stream(self.run_id, key, start, timeout=seconds)
 
     def update(self, name: str, payload: Any = None, *, timeout: float | timedelta | None = None,
                update_id: str | None = None) -> Any:

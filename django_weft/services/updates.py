@@ -31,9 +31,10 @@ from django_weft.exceptions import (
 )
 from django_weft.models import RunStatus, UpdateStatus, Workflow, WorkflowUpdate
 from django_weft.services import queries, result_waiters
+from django_weft.services.notices import Listener
 from django_weft.store import inbox, transitions
 from django_weft.store.starts import check_id, check_opaque_id
-from django_weft.store.wakeups import UPDATE_CHANNEL, can_listen
+from django_weft.store.wakeups import UPDATE_CHANNEL
 
 logger = logging.getLogger("django_weft.updates")
 
@@ -71,7 +72,7 @@ class UpdateHandle:
         if driver is None:
             refuse_waiting_in_transaction("UpdateHandle.result()", stores=False)
         alias = router.db_for_write(WorkflowUpdate)  # where the executor's NOTIFY is sent
-        with _ReplyListener(alias, self._pk, listen=driver is None) as listener:
+        with Listener(alias, UPDATE_CHANNEL, {str(self._pk)}, listen=driver is None) as listener:
             delay = 0.005
             while True:
                 record = self._record()
@@ -117,56 +118,6 @@ def _reply(record: WorkflowUpdate) -> Any:
                                f"{error.get('message', '')}", name=record.name, registered=error.get("registered", []))
     raise UpdateFailed(f"update {record.name!r} ({record.update_id!r}) failed: {error.get('type', 'Error')}: "
                        f"{error.get('message', '')}", error=error)
-
-
-class _ReplyListener:
-    """LISTEN for the reply on PostgreSQL while the caller waits; elsewhere, with WEFT_NOTIFY off, with
-    autocommit off (a LISTEN takes effect at a commit) or on psycopg2, ``wait`` just sleeps and the caller polls.
-
-    It listens on the caller's own connection, which is outside any transaction here (``result()`` refuses to
-    wait inside one), and stops listening when the wait ends: a connection of its own took longer to open
-    than the rest of an update's round trip. A notification that arrives while the caller reads the reply is
-    kept by psycopg (3.2.4 and later) for the next ``notifies()``; were one missed, the caller looks again
-    within a second. (A project's own LISTEN on the same connection would see its notifications taken by this
-    wait.)"""
-
-    def __init__(self, alias: str, pk: int, *, listen: bool = True) -> None:
-        self._alias, self._key = alias, str(pk)
-        # With autocommit off a LISTEN would only take effect at the caller's commit.
-        self.polls = not (listen and can_listen(alias) and connections[alias].get_autocommit())
-        self._raw: Any = None
-
-    def __enter__(self) -> _ReplyListener:
-        if not self.polls:
-            connection = connections[self._alias]
-            connection.ensure_connection()
-            with connection.wrap_database_errors:
-                connection.connection.execute(f"LISTEN {UPDATE_CHANNEL}")  # before the first look: none missed
-            self._raw = connection.connection
-        return self
-
-    def wait(self, seconds: float) -> None:
-        if self._raw is None:
-            time.sleep(max(0.0, seconds))
-            return
-        with connections[self._alias].wrap_database_errors:
-            for notice in self._raw.notifies(timeout=max(0.0, seconds)):
-                if notice.channel == UPDATE_CHANNEL and notice.payload == self._key:
-                    return
-
-    def __exit__(self, *exc: Any) -> None:
-        if self._raw is None:
-            return
-        try:
-            self._raw.execute(f"UNLISTEN {UPDATE_CHANNEL}")
-        except BaseException as exc:
-            # It must not go on listening (every reply would pile up in it): closed (a pool drops it), and
-            # Django opens a new one at the next query.
-            self._raw.close()
-            connections[self._alias].close()
-            if not isinstance(exc, Exception):
-                raise
-            logger.warning("UNLISTEN %s failed; the connection is closed", UPDATE_CHANNEL, exc_info=True)
 
 
 def check_update(name: Any, payload: Any, update_id: Any) -> tuple[bytes, str]:

@@ -1,7 +1,8 @@
 """Outside systems' answers to async activity attempts, recorded against the run they belong to.
 
 Part of the state writer: each answer is one transaction over the locked run row, bumping its inbox so a
-parked run wakes and a replaying one re-parks awake. Which attempts a token may resolve is decided here.
+parked run wakes and a replaying one re-parks awake. Which attempts a token may resolve is decided here, and
+which may still beat (:func:`beat_async`: one unlocked write, the run row untouched).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from django_weft.models import (
     Workflow,
     WorkflowStep,
 )
-from django_weft.store import lock_retries
+from django_weft.store import activity_heartbeats, lock_retries
 from django_weft.store.inbox import record_event
 from django_weft.store.transitions import S, locked_run
 
@@ -73,6 +74,35 @@ def resolve_async(token: TaskToken, now: datetime, *, status: str, result: bytes
         record.save(update_fields=["status", "result", "error", "resolved_at"])
         record_event(run, now, wakes=True)
     return record
+
+
+def beat_async(token: TaskToken, now: datetime, details: bytes | None) -> bool:
+    """Record an outside system's heartbeat for the async activity attempt ``token`` names; True if the
+    attempt was cancelled (the outside system should stop), False if it goes on.
+
+    Tokens are checked as completions check them. The attempt's record says how it ended: completed, failed
+    or timed out refuses the beat (TaskTokenAlreadyUsed), cancelled answers True, as does a closed run. A
+    pending attempt (or one still running its body, not parked yet) stores the beat: its time renews the
+    attempt's heartbeat_timeout (read when its timer fires), its details (None keeps those stored) go to the
+    step's next attempt. Neither the run row nor its fence is touched, so a beat never delays the run's commits.
+    """
+    run_id, seq, attempt, generation = token
+    run = Workflow.objects.filter(pk=run_id).only("status", "retries").first()
+    if run is None:
+        raise InvalidTaskToken("the task token's workflow run no longer exists")
+    if run.retries != generation:
+        raise TaskTokenAlreadyUsed(
+            f"the task token belongs to an attempt from before run {run.pk} was retried; it takes no heartbeats")
+    status = AsyncActivity.objects.filter(run=run, seq=seq, attempt=attempt).values_list("status", flat=True).first()
+    if status in (AsyncStatus.COMPLETED, AsyncStatus.FAILED, AsyncStatus.TIMED_OUT):
+        raise TaskTokenAlreadyUsed(
+            f"the async activity attempt (step {seq}, attempt {attempt}) is already {status}; it takes no heartbeats")
+    if status == AsyncStatus.CANCELLED or run.is_finished:
+        return True
+    if status is None:
+        _check_attempt_in_flight(run, seq, attempt)  # handed out by a body that has not parked yet
+    activity_heartbeats.save(run_id, seq, attempt, now, details)
+    return False
 
 
 def _check_attempt_in_flight(run: Workflow, seq: int, attempt: int) -> None:

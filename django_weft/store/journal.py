@@ -27,7 +27,7 @@ from django_weft.models import (
     WorkflowUpdate,
 )
 from django_weft.observability import events
-from django_weft.store import group_commit, inbox, search_rows, wakeups
+from django_weft.store import group_commit, inbox, published, search_rows, wakeups
 from django_weft.store.bound_cursor import Converter, bound_cursor, converter
 
 
@@ -130,8 +130,32 @@ class SetSearchAttributes:
     shown: dict[str, Any]
 
 
+@dataclass
+class SetEvent:
+    """ctx.set_event: the key's latest value (callers waiting for it are told once the commit lands)."""
+
+    run_id: Any
+    key: str
+    value: bytes
+    seq: int
+    at: datetime
+
+
+@dataclass
+class AppendStream:
+    """ctx.write_stream (or, ``closed``, ctx.close_stream): one entry after the stream's others."""
+
+    run_id: Any
+    key: str
+    value: bytes | None
+    seq: int
+    at: datetime
+    closed: bool = False
+
+
 JournalWrite = (InsertStep | UpdateStep | InsertAttempt | InsertTimer | FireTimer | ConsumeSignal | InsertChild
-                | InsertAsync | ResolveAsync | CancelChild | ApplyUpdate | SetSearchAttributes | SendSignal)
+                | InsertAsync | ResolveAsync | CancelChild | ApplyUpdate | SetSearchAttributes | SendSignal
+                | SetEvent | AppendStream)
 
 
 def announce(run: Workflow, writes: Sequence[JournalWrite], *, committed: bool = False) -> None:
@@ -193,6 +217,10 @@ def apply(writes: Iterable[JournalWrite], children: Callable[[InsertChild | Canc
             target = inbox.lock_open_run(write.workflow_id)
             if target is not None:
                 inbox.deliver_signal(target, write.name, write.payload, write.signal_id, write.at)
+        elif isinstance(write, SetEvent):
+            published.set_event(write.run_id, write.key, write.value, write.seq, write.at)
+        elif isinstance(write, AppendStream):
+            published.append_stream(write.run_id, write.key, write.value, write.seq, write.at, closed=write.closed)
 
 
 def _announce_async(record: AsyncActivity) -> None:

@@ -38,6 +38,8 @@ P = ParamSpec("P")
 MYSQL_DEADLOCK = 1213
 MYSQL_LOCK_WAIT_TIMEOUT = 1205
 POSTGRESQL_DEADLOCK = "40P01"
+# Under REPEATABLE READ or SERIALIZABLE (a project's isolation level): the transaction saw a conflicting write.
+POSTGRESQL_SERIALIZATION_FAILURE = "40001"
 # Attempts in all (the first and the retries), and the ceiling of the random pause between them (seconds).
 ATTEMPTS = 5
 MAX_PAUSE = 0.05
@@ -48,7 +50,8 @@ _lock = threading.Lock()
 
 
 def lock_conflict(exc: BaseException) -> str | None:
-    """``"deadlock"`` or ``"lock_wait_timeout"`` when ``exc`` is the database aborting over locks, else None."""
+    """``"deadlock"``, ``"lock_wait_timeout"`` or ``"serialization_failure"`` when ``exc`` is the database
+    aborting over locks, else None."""
     if not isinstance(exc, OperationalError):
         return None
     for error in (exc, exc.__cause__):
@@ -61,6 +64,8 @@ def lock_conflict(exc: BaseException) -> str | None:
             return "lock_wait_timeout"
         if getattr(error, "sqlstate", None) == POSTGRESQL_DEADLOCK:
             return "deadlock"
+        if getattr(error, "sqlstate", None) == POSTGRESQL_SERIALIZATION_FAILURE:
+            return "serialization_failure"
     return None
 
 

@@ -13,7 +13,7 @@ from django.db import transaction
 from django.db.models import F
 
 from django_weft.exceptions import TransitionNotAllowed
-from django_weft.models import AsyncActivity, StepAttempt, StepStatus, Timer, Workflow, WorkflowStep
+from django_weft.models import ActivityHeartbeat, AsyncActivity, StepAttempt, StepStatus, Timer, Workflow, WorkflowStep
 from django_weft.store import admissions, lock_retries, wakeups
 from django_weft.store.transitions import S, check_transition, locked_run, locked_with_owners
 
@@ -87,6 +87,7 @@ def retry_failed(run_id: Any, now: datetime) -> Workflow:
             StepAttempt.objects.filter(run=run, seq__gte=first_failed).delete()  # they run again from attempt 1
             Timer.objects.filter(run=run, seq__gte=first_failed).delete()
             AsyncActivity.objects.filter(run=run, seq__gte=first_failed).delete()
+            _restart_heartbeats(run, seq__gte=first_failed)
         failed_step = (run.error or {}).get("step")
         if isinstance(failed_step, int):
             # A branch's failure: branches that settled after it keep their rows; the failed ones from
@@ -97,6 +98,7 @@ def retry_failed(run_id: Any, now: datetime) -> Workflow:
             StepAttempt.objects.filter(run=run, seq__in=seqs).delete()
             Timer.objects.filter(run=run, seq__in=seqs).delete()
             AsyncActivity.objects.filter(run=run, seq__in=seqs).delete()
+            _restart_heartbeats(run, seq__in=seqs)
         # A run of a queue takes a slot again: it waits, queued, for its queue to admit it.
         queued = {"status": S.QUEUED, "runnable_at": None, "admit_at": now} if run.queue else {}
         Workflow.objects.filter(pk=run.pk).update(**{
@@ -110,3 +112,9 @@ def retry_failed(run_id: Any, now: datetime) -> Workflow:
             wakeups.runnable(run.pk, now, now)
     run.refresh_from_db()
     return run
+
+
+def _restart_heartbeats(run: Workflow, **steps: Any) -> None:
+    """Steps that run again from attempt 1 keep their last heartbeat details (progress to resume from) as those
+    of an attempt 0, which the new attempts' beats replace (a beat never replaces a later attempt's row)."""
+    ActivityHeartbeat.objects.filter(run=run, **steps).update(attempt=0)

@@ -238,6 +238,33 @@ def commit(claim: Claim, now: datetime, writes: Sequence[journal.JournalWrite] =
         _fenced_write(claim, now, writes)
 
 
+@lock_retries.retrying_held("transaction")
+def commit_transaction(claim: Claim, now: datetime, work: Callable[[], Sequence[journal.JournalWrite]]) -> None:
+    """A ``@weft.transaction`` step: in one transaction, the fenced run update (its row lock holds off every other
+    writer of the run until the commit), the deferred writes, then ``work()`` (the step's function and the rows
+    that record it, which it returns). Nothing of it commits if the fence moved or ``work`` raises (the deferred
+    writes are given back to the claim); a deadlock or serialisation failure runs all of it again, ``work``
+    included, in a new transaction."""
+    pending = [*claim.deferred]
+    lease = _lease_expiry(now)
+    run = claim.run
+    try:
+        with transaction.atomic(using=router.db_for_write(Workflow)):
+            updated = Workflow.objects.filter(pk=run.pk, fence=claim.fence, status=S.RUNNING).update(
+                updated_at=now, runnable_at=lease)
+            if updated == 0:
+                raise _refused(claim)
+            journal.apply(pending, _child_transition)
+            writes = work()
+            journal.apply(writes, _child_transition)
+            journal.announce(run, [*pending, *writes])
+    except BaseException:
+        claim.deferred = pending
+        raise
+    claim.deferred = []
+    claim.lease_until = lease
+
+
 @lock_retries.retrying_held("park")
 def park(claim: Claim, now: datetime, *, wake_at: datetime | None, reason: str,
          writes: Sequence[journal.JournalWrite] = (), awaiting_signals: Sequence[str] = ()) -> None:

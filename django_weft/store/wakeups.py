@@ -40,6 +40,9 @@ CHANNEL = "django_weft_runnable"
 SCHEDULE_CHANNEL = "django_weft_schedules"
 # An update's reply was stored (the payload is the update's pk): callers of handle.update() wait on it.
 UPDATE_CHANNEL = "django_weft_updates"
+# A run set an event or wrote to a stream (the payload is its run id): readers of handle.get_event and
+# handle.read_stream wait on it.
+EVENTS_CHANNEL = "django_weft_events"
 NOTIFY_HORIZON = timedelta(seconds=60)
 
 
@@ -110,6 +113,25 @@ def update_settled(update_pk: int) -> None:
     alias = _alias()
     if notifies(alias):
         transaction.on_commit(lambda: _notify(alias, UPDATE_CHANNEL, str(update_pk)), using=alias)
+
+
+def published(run_id: Any) -> None:
+    """Tell readers waiting for run ``run_id``'s events and streams that it wrote some (after this transaction
+    commits; once per transaction and run)."""
+    alias = _alias()
+    if not notifies(alias):
+        return
+    key = str(run_id)
+    connection = connections[alias]
+    if connection.in_atomic_block and any(getattr(entry[1], "weft_published", None) == key
+                                          for entry in connection.run_on_commit):
+        return
+
+    def notify() -> None:
+        _notify(alias, EVENTS_CHANNEL, key)
+
+    notify.weft_published = key  # type: ignore[attr-defined]
+    transaction.on_commit(notify, using=alias)
 
 
 def _notify(alias: str, channel: str, payload: str = "") -> None:

@@ -320,6 +320,7 @@ from . import (  # noqa: E402,F401
     cleanup_workflows,
     evolving_edge_workflows,
     evolving_workflows,
+    exactly_once_workflows,
     fork_workflows,
     hardening_workflows,
     query_workflows,

@@ -19,7 +19,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from bench import find_bench, in_caller, queue_bench
+from bench import find_bench, in_caller, published_bench, queue_bench
 from bench.safety import interruptible
 
 
@@ -84,7 +84,7 @@ class Command(BaseCommand):
         "and the journal load and dry replay alone (see bench.query_bench). It refuses to run while "
         "executors are live on the database (their heartbeat rows), and deletes what it created on every exit "
         "path, SIGTERM and Ctrl-C included."
-    ) + find_bench.HELP + in_caller.HELP + queue_bench.HELP
+    ) + find_bench.HELP + in_caller.HELP + queue_bench.HELP + published_bench.HELP
 
     def progress_writer(self) -> Callable[[str], None]:
         """Progress lines go to stderr, so stdout's last line stays the JSON figures."""
@@ -163,6 +163,7 @@ class Command(BaseCommand):
         find_bench.add_arguments(parser)
         in_caller.add_arguments(parser)
         queue_bench.add_arguments(parser)
+        published_bench.add_arguments(parser)
         parser.add_argument("--interval", type=float, default=None,
                             help="Poll interval of the weft_maintenance subprocesses (--latency: default 1; "
                                  "--processes: default WEFT_POLL_INTERVAL).")
@@ -170,7 +171,8 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         with interruptible():
             try:
-                plugged = next((m for m in (in_caller, find_bench, queue_bench) if m.chosen(options)), None)
+                plugged = next((m for m in (in_caller, find_bench, queue_bench, published_bench) if m.chosen(options)),
+                               None)
                 self.run_mode(*plugged.mode(options)) if plugged else self.handle_mode(**options)
             except KeyboardInterrupt as exc:
                 what = "its runs were kept (--keep)" if options["keep"] else "everything it created was deleted"

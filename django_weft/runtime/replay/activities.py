@@ -61,6 +61,8 @@ class ActivityOps(Branches):
         type; ``ctx.start_activity(fn, ...).result()`` is typed with what it returns when awaited.)
         """
         definition = definition_of(fn)
+        if definition.transactional:
+            return self._run_transaction(definition, args, kwargs)
         seq, step = self._next(StepKind.ACTIVITY, definition.name)
         if step is not None and step.status == StepStatus.COMPLETED:
             return decode(step.result)

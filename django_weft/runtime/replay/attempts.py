@@ -12,7 +12,7 @@ from django.db.models import Max
 
 from django_weft.common import clock
 from django_weft.exceptions import ActivityError
-from django_weft.models import AttemptOutcome, StepAttempt, StepKind, StepStatus, Timer, TimerPurpose, WorkflowStep
+from django_weft.models import AttemptOutcome, StepAttempt, StepStatus, Timer, TimerPurpose, WorkflowStep
 from django_weft.runtime.activities import ActivityDefinition
 from django_weft.runtime.errors import attempt_outcome, error_category
 from django_weft.runtime.replay.core import ReplayCore
@@ -34,14 +34,14 @@ class AttemptOps(ReplayCore):
         wake_at, error = self._retry_at(definition, attempt, started, error, retryable, now)
         if wake_at is None:
             self._log_attempt_failed(definition, attempt, error, "giving up: ActivityError is raised in the workflow")
-            failed = self._step(seq, StepKind.ACTIVITY, definition.name, StepStatus.FAILED, attempt=attempt,
+            failed = self._step(seq, definition.step_kind, definition.name, StepStatus.FAILED, attempt=attempt,
                                 error=error, started=started, finished=now, failure_category=error_category(error))
             if attempt > 1 and began is not None:
                 self._defer(self._attempt_row(seq, attempt, attempt_outcome(error), began, error))
             self._defer(self._record(failed, step))
             raise self._activity_error(definition.name, error, attempt, seq) from cause
         self._log_attempt_failed(definition, attempt, error, f"retrying at {wake_at.isoformat(timespec='seconds')}")
-        waiting = self._step(seq, StepKind.ACTIVITY, definition.name, StepStatus.WAITING, attempt=attempt,
+        waiting = self._step(seq, definition.step_kind, definition.name, StepStatus.WAITING, attempt=attempt,
                              error=error, started=started, finished=None)
         timer = Timer(run_id=self.run_id, seq=seq, purpose=TimerPurpose.RETRY_BACKOFF, fire_at=wake_at)
         self._park(wake_at=wake_at, writes=[self._attempt_row(seq, attempt, attempt_outcome(error), began, error),

@@ -26,6 +26,7 @@ from django_weft.runtime.replay.core import durable
 from django_weft.runtime.replay.pending import ActivityBranch, Pending, SignalBranch, TimerBranch
 from django_weft.runtime.replay.signals import Signals
 from django_weft.runtime.replay.slots import SlotOps
+from django_weft.runtime.replay.transactions import TransactionOps
 from django_weft.store import journal
 
 P = ParamSpec("P")
@@ -36,7 +37,7 @@ R = TypeVar("R")
 POLL_SECONDS = 0.2
 
 
-class Branches(AsyncActivityOps, Signals, SlotOps):
+class Branches(AsyncActivityOps, Signals, SlotOps, TransactionOps):
     """The replay context's parallel branches (mixed into runtime.context.Context)."""
 
     @overload
@@ -53,6 +54,10 @@ class Branches(AsyncActivityOps, Signals, SlotOps):
         pool (WEFT_MAX_PARALLEL_ACTIVITIES at once). Retries, timeouts and async completion work as for
         ``ctx.run``; ``pending.result()`` (or ``ctx.gather``) waits for it."""
         definition = definition_of(fn)
+        if definition.transactional:
+            raise InvalidArgument(
+                f"@weft.transaction {definition.name!r} runs inside the run's own transaction, so it cannot run "
+                "beside other work: call ctx.run on it (in a branch of code, ctx.start_branch, to overlap it)")
         seq, step = self._next(StepKind.ACTIVITY, definition.name, branch=True)
         return self._started(ActivityBranch(self, seq, step, definition, args, kwargs))
 

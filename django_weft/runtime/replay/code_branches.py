@@ -25,6 +25,7 @@ from django_weft.common.codec import encode
 from django_weft.common.positions import BRANCH_SPAN, MAX_BRANCH_START, branch_block
 from django_weft.exceptions import BranchCancelled, CancelledError, InvalidArgument
 from django_weft.models import FailureCategory, StepKind, StepStatus, WorkflowStep
+from django_weft.runtime.activities import definition_of
 from django_weft.runtime.errors import EngineExit, ReplayFrontier, StopExecution, error_dict
 from django_weft.runtime.replay.branches import Branches
 from django_weft.runtime.replay.core import ResumeOperation, durable, running_branch
@@ -331,7 +332,11 @@ class BranchContext(Branches):
 
     @durable
     def run(self, fn: Callable[..., Any] | str, *args: Any, **kwargs: Any) -> Any:
-        """In a branch an activity runs in the run's attempt pool, so the branch waits without holding the thread."""
+        """In a branch an activity runs in the run's attempt pool, so the branch waits without holding the thread; a
+        transaction step runs at once, on the run's connection, while the branch has the turn."""
+        definition = definition_of(fn)
+        if definition.transactional:
+            return self._run_transaction(definition, args, kwargs)
         return self.start_activity(fn, *args, **kwargs).result()
 
     def start_branch(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> NoReturn:
@@ -377,6 +382,7 @@ def _branch_context(root: Branches, seq: int) -> Any:
     code._journal_end = max(rows, default=block)
     code._max_history = block + min(BRANCH_SPAN - 1, code._max_history)
     code._consumed_up_to = root._consumed_up_to  # one run, one inbox
+    code._closed_streams = root._closed_streams  # and one set of streams
     return code
 
 

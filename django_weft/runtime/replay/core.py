@@ -153,6 +153,8 @@ class ReplayCore:
         # after the request; from then on durable calls raise it again, except inside ``with ctx.cleanup():``.
         self._cancel_delivered = False
         self._cleanup_depth = 0
+        # Streams this execution closed (or replayed the close of): writing to one again is refused.
+        self._closed_streams: set[str] = set()
 
     @property
     def workflow_id(self) -> str:
@@ -260,7 +262,15 @@ class ReplayCore:
         self._between_operations(step)
         return seq, step
 
+    # The @weft.transaction function running now, if any (runtime.replay.transactions): it may make no durable call.
+    _in_transaction = ""
+
     def _refuse_in_handler(self, what: str) -> None:
+        if self._in_transaction:
+            raise InvalidArgument(
+                f"@weft.transaction {self._in_transaction!r} asked for {what}: a transaction step runs inside a "
+                "database transaction and may not call activities, sleep or wait; make those calls in the workflow "
+                "before or after it")
         if self._in_handler:
             raise InvalidArgument(
                 f"the handler {self._in_handler} asked for {what}: update and signal handlers run between the "

@@ -223,7 +223,8 @@ class ActivityBranch(Pending[T]):
         self._info: ActivityInfo | None = None
         self._retry_timer: Timer | None = None  # waiting out a retry backoff
         self._async_wait = False  # waiting for an async completion
-        self._close_timer: Timer | None = None  # schedule_to_close_timeout of an async wait
+        self._close_timer: Timer | None = None  # an async wait's timeout (schedule_to_close or heartbeat)
+        self._async_record: AsyncActivity | None = None  # its record, while its insert is deferred
         self._record_deferred = False  # the async attempt's record rides on the run's next commit
         self._began: datetime | None = None  # when the attempt running now (or that ran last) began
         # An attempt is due but has not begun: it begins when the code waits for the branch or makes its next
@@ -399,12 +400,13 @@ class ActivityBranch(Pending[T]):
     def _park_async(self) -> None:
         ctx = self._ctx
         self._write_row(StepStatus.WAITING, attempt=self._attempt, finished=False)
-        ctx._defer(journal.InsertAsync(AsyncActivity(
+        self._async_record = AsyncActivity(
             run_id=ctx.run_id, seq=self.seq, attempt=self._attempt, activity=self.definition.name,
             token=make_task_token(ctx.run_id, self.seq, self._attempt, ctx._claim.run.retries), created_at=clock.now(),
-        )))
+        )
+        ctx._defer(journal.InsertAsync(self._async_record))
         self._record_deferred = True
-        deadline = ctx._close_deadline(self.definition, self._started)
+        deadline = ctx._async_deadline(self.definition, self._started, alive_at=clock.now())
         if deadline is not None:
             self._close_timer = Timer(run_id=ctx.run_id, seq=self.seq, fire_at=deadline,
                                       purpose=TimerPurpose.ACTIVITY_TIMEOUT)
@@ -424,7 +426,13 @@ class ActivityBranch(Pending[T]):
             timer = self._close_timer
             if timer is None or timer.fire_at > now:
                 return
-            ctx._time_out_async(record, self.definition, self._attempt, now)
+            later = ctx._timed_out_unless_beating(record, self.definition, self._started, now)
+            if later is not None:  # heartbeats kept it alive: wait on a new timer at the deadline they earned
+                self._fire(timer)
+                self._close_timer = Timer(run_id=ctx.run_id, seq=self.seq, fire_at=later,
+                                          purpose=TimerPurpose.ACTIVITY_TIMEOUT)
+                ctx._defer(journal.InsertTimer(self._close_timer))
+                return
         self._fire(self._close_timer)
         self._close_timer, self._async_wait = None, False
         self._apply(record)
@@ -438,7 +446,7 @@ class ActivityBranch(Pending[T]):
             self._settle(value=decode(record.result))
             return
         error = record.error or {"type": "AsyncActivityFailed", "message": f"async activity {record.status}"}
-        self._failed(error, record.status == AsyncStatus.FAILED and self.definition.retry.allows(self._attempt + 1))
+        self._failed(error, self._ctx._async_retryable(self.definition, self._attempt, record))
 
     def _failed(self, error: dict, retryable: bool, cause: BaseException | None = None) -> None:
         ctx, definition, attempt = self._ctx, self.definition, self._attempt
@@ -486,6 +494,8 @@ class ActivityBranch(Pending[T]):
         self._fire(self._retry_timer)
         self._fire(self._close_timer)
         self._retry_timer = self._close_timer = None
+        if self._async_wait:
+            self._drop_token()
         self._async_wait = False
         error, exc = self._cancellation(reason, with_run)
         if self._future is not None:
@@ -494,6 +504,18 @@ class ActivityBranch(Pending[T]):
         self._write_row(StepStatus.CANCELLED, attempt=self._attempt, error=error,
                         failure_category=FailureCategory.CANCELLATION)
         self._settle(error=exc)
+
+    def _drop_token(self) -> None:
+        """The token of a cancelled async wait dies with it, as where the run's cancel is delivered: completions
+        are refused, and a heartbeat answers that the attempt was cancelled."""
+        now = clock.now()
+        record = self._async_record
+        if record is not None and record.pk is None:  # its insert is still deferred
+            record.status, record.resolved_at = AsyncStatus.CANCELLED, now
+            return
+        for pk in AsyncActivity.objects.filter(run_id=self._ctx.run_id, seq=self.seq, attempt=self._attempt,
+                                               status=AsyncStatus.PENDING).values_list("pk", flat=True):
+            self._ctx._defer(journal.ResolveAsync(pk, AsyncStatus.CANCELLED, now))
 
 
 class TimerBranch(Pending[None]):
