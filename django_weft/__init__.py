@@ -88,6 +88,7 @@ if TYPE_CHECKING:
     from django_weft.services.bulk import BulkPreview, BulkResult
     from django_weft.services.client import WorkflowHandle, cancel, get_handle, signal, start, terminate
     from django_weft.services.maintenance import MaintenanceReport, run_maintenance
+    from django_weft.services.pending_activities import PendingActivity
     from django_weft.services.queues import (
         QueueInfo,
         list_queues,
@@ -137,6 +138,7 @@ _LAZY = {
     "get_schedule": "services.schedules",
     "Schedule": "models",
     "QueueInfo": "services.queues",
+    "PendingActivity": "services.pending_activities",
     "list_queues": "services.queues",
     "queue_info": "services.queues",
     "set_queue_limits": "services.queues",
@@ -188,6 +190,7 @@ __all__ = [
     "PayloadTooDeep",
     "PayloadTooLarge",
     "Pending",
+    "PendingActivity",
     "QueryFailed",
     "QueryNotFound",
     "QueueInfo",

@@ -232,11 +232,11 @@ def test_an_async_deadline_is_cleared_by_the_completion_and_fires_without_one(st
     weft.complete_async_activity(AsyncActivity.objects.get(run_id=answered.run_id).token, "ok")
     weft_env.drive()
     assert answered.result() == "ok"
-    [text] = outcomes(staff_client, answered.run_id)["Activity schedule-to-close timeout"]
+    [text] = outcomes(staff_client, answered.run_id)["Async activity timeout"]
     assert text.startswith("cleared at ") and text.endswith("completed or failed first"), text
     weft_env.advance(timedelta(hours=2))
     assert ignored.status == "completed" and str(ignored.result()).startswith("gave up")
-    [text] = outcomes(staff_client, ignored.run_id)["Activity schedule-to-close timeout"]
+    [text] = outcomes(staff_client, ignored.run_id)["Async activity timeout"]
     assert text.startswith("fired at "), text
 
 

@@ -30,6 +30,7 @@ from django_weft.admin.common import (
 )
 from django_weft.admin.filters import TagFilter, VersionFilter, attribute_filters, attribute_listing
 from django_weft.admin.forms import AsyncCompletionForm, SignalForm
+from django_weft.admin.in_flight import in_flight_rows
 from django_weft.admin.run_inlines import (
     AsyncActivityInline,
     EventInline,
@@ -268,6 +269,8 @@ class WorkflowAdmin(OperationsMixin, ReadOnlyMixin, admin.ModelAdmin):
 
     def render_change_form(self, request: HttpRequest, context: dict[str, Any], add: bool = False,
                            change: bool = False, form_url: str = "", obj: Workflow | None = None) -> HttpResponse:
+        if obj is not None:
+            context["weft_in_flight"] = in_flight_rows(obj)  # first on the page: what a stuck-looking run does
         if obj is not None:  # the branch timeline, from the rows the journal inline loaded
             context["weft_timeline"] = build_timeline(obj, journal_rows(context, obj))
             # The Queries panel (read-only: whoever may view the run), and links to send updates.

@@ -22,6 +22,7 @@ from django_weft.api.schemas import (
     CountOut,
     FlowStartIn,
     ForkIn,
+    PendingActivitiesOut,
     ReasonIn,
     RunOut,
     RunPage,
@@ -122,6 +123,15 @@ def start_or_signal(request: HttpRequest, body: StartOrSignalIn) -> Status:
 def get_run(request: HttpRequest, workflow_id: WorkflowId) -> dict[str, Any]:
     require(request, "view_workflow")
     return run_out(client.get_handle(workflow_id).refresh())
+
+
+@router.get("runs/{workflow_id}/pending_activities", response={200: PendingActivitiesOut, **ERRORS},
+            summary="The activity attempts in flight: executing, waiting for a completion, a retry or a slot")
+def pending(request: HttpRequest, workflow_id: WorkflowId) -> dict[str, Any]:
+    require(request, "view_workflow")
+    items = client.get_handle(workflow_id).pending_activities()
+    return {"pending_activities": [{**item.as_dict(), "heartbeat_details": as_json(item.heartbeat_details)}
+                                   for item in items]}
 
 
 @router.get("runs/{workflow_id}/steps", response={200: StepPage, **ERRORS},

@@ -188,6 +188,25 @@ class StepOut(Schema):
                                                    "retried, lost with their executor); empty otherwise.")
 
 
+class PendingActivityOut(Schema):
+    seq: int
+    activity: str
+    attempt: int = Field(description="The attempt running or waiting (waiting for a retry: the one that begins next).")
+    state: Literal["running", "waiting_for_completion", "waiting_for_retry", "waiting_for_slot"]
+    started_at: dt.datetime | None
+    executor: str = Field(description="The executor running it (running attempts).")
+    timeout_at: dt.datetime | None
+    next_retry_at: dt.datetime | None
+    last_error: dict[str, Any] | None = None
+    last_heartbeat_at: dt.datetime | None
+    heartbeat_details: Any = None
+
+
+class PendingActivitiesOut(Schema):
+    pending_activities: list[PendingActivityOut] = Field(
+        description="Attempts executing for over a second, waiting for an async completion, a retry or a slot.")
+
+
 class StepPage(Schema):
     results: list[StepOut]
     next: str | None = Field(description="The cursor of the next page (pass it as ?cursor=), null on the last.")

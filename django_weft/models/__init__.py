@@ -26,6 +26,7 @@ from django_weft.models.choices import (
 )
 from django_weft.models.events import StreamEntry, WorkflowEvent
 from django_weft.models.executors import ActivityHeartbeat, Executor
+from django_weft.models.in_flight import AttemptInFlight
 from django_weft.models.queues import ActivityLimitState, ActivitySlot, ActivitySlotState, PausedType, QueueState
 from django_weft.models.runs import AsyncActivity, Signal, StepAttempt, Timer, Workflow, WorkflowStep
 from django_weft.models.schedules import Schedule, ScheduleOccurrence
@@ -40,6 +41,7 @@ __all__ = [
     "ApiKey",
     "AsyncActivity",
     "AsyncStatus",
+    "AttemptInFlight",
     "AttemptOutcome",
     "BulkOperation",
     "BulkOperationStatus",

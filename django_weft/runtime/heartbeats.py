@@ -27,6 +27,7 @@ from django_weft.common.codec import decode, encode
 from django_weft.common.tokens import parse_task_token
 from django_weft.exceptions import ActivityCancelled
 from django_weft.models import ActivityHeartbeat
+from django_weft.runtime import in_flight
 from django_weft.store import activity_answers, activity_heartbeats, leases, transitions
 
 T = TypeVar("T")
@@ -67,8 +68,9 @@ class AttemptControl:
     """What the engine and one running activity attempt know about each other."""
 
     def __init__(self, claim: transitions.Claim | None, run_id: uuid.UUID, seq: int, attempt: int, *,
-                 timeout: float | None, heartbeat_timeout: float | None) -> None:
+                 timeout: float | None, heartbeat_timeout: float | None, activity: str = "") -> None:
         self._claim = claim
+        self._activity = activity
         self._run_id = run_id
         self._seq = seq
         self._attempt = attempt
@@ -96,6 +98,8 @@ class AttemptControl:
         self.started = self.last_beat = time.monotonic()
         if self.timeout is not None:
             self.deadline = self.started + self.timeout
+        in_flight.began(id(self), self._run_id, self._seq, self._attempt, activity=self._activity,
+                        executor=self._claim.owner if self._claim is not None else "", timeout=self.timeout)
 
     # --- the engine's side ---
 
@@ -174,6 +178,7 @@ class AttemptControl:
 
     def flush(self) -> None:
         """Write details the throttle held back; the attempt ended (returned, raised or was abandoned)."""
+        in_flight.ended(id(self))
         if self._unwritten is not None:
             self.write()
 

@@ -28,7 +28,8 @@ from django_weft.exceptions import (
     WorkflowTimedOut,
 )
 from django_weft.models import RunStatus, Workflow
-from django_weft.services import flow_starts, liveness, published, queries, result_waiters
+from django_weft.services import flow_starts, liveness, pending_activities, published, queries, result_waiters
+from django_weft.services.pending_activities import PendingActivity
 from django_weft.store import (
     forks,
     inbox,
@@ -162,6 +163,12 @@ class WorkflowHandle:
         handlers its code registers) or QueryFailed."""
         _check_id(name, "a query name")
         return queries.query(Workflow.objects.end_of_chain(self.refresh()), name, args)
+
+    def pending_activities(self) -> list[PendingActivity]:
+        """The run's activity attempts in flight (of a chain that continued as new: its current run's): executing
+        for over a second, waiting for an async completion, for a retry backoff or for a slot, each with its
+        attempt, start, executor, timeout, next retry, last error and last heartbeat (time and details)."""
+        return pending_activities.pending_activities(Workflow.objects.end_of_chain(self.refresh()))
 
     def get_event(self, key: str, timeout: float | timedelta | None = None) -> Any:
         """The latest value the run (or its continue-as-new chain) set for event ``key`` with ``ctx.set_event``,

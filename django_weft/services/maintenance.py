@@ -27,7 +27,7 @@ from django_weft.runtime import executor
 from django_weft.runtime.lease_keeper import LeaseKeeper
 from django_weft.services import liveness
 from django_weft.services.schedule_tick import due_schedules, fire_due_schedules, next_due_at, purge_history
-from django_weft.store import activity_slots, admissions, inbox, spent_keys, transitions, wakeups
+from django_weft.store import activity_slots, admissions, in_flight, inbox, spent_keys, transitions, wakeups
 
 logger = logging.getLogger("django_weft.maintenance")
 
@@ -132,6 +132,7 @@ def purge_finished(now: datetime) -> int:
                 break
     purge_history(now)
     activity_slots.purge_released(now)
+    in_flight.purge_settled()  # rows of attempts whose executor died before it could withdraw them
     liveness.dead_executors(now).delete()
     # Updates a run did not apply before it ended on a path that does not look at them (the executor's fast
     # completion of a run whose last execution registered no update handler): their callers are told.

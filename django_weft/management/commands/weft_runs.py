@@ -21,6 +21,7 @@ from django_weft.management import runs_cli
 from django_weft.models import Workflow
 from django_weft.services import bulk, queues
 from django_weft.services.client import WorkflowHandle
+from django_weft.services.pending_activities import pending_activities
 from django_weft.services.visibility import list_runs
 
 # subcommand -> (bulk operation, verb of the prompt, what it applies to)
@@ -37,6 +38,8 @@ SAMPLE_COLUMNS = ("run_id", "workflow_id", "type", "status", "created_at")
 LIST_COLUMNS = ("run_id", "workflow_id", "type", "version", "status", "created_at", "finished_at")
 JOURNAL_COLUMNS = ("seq", "kind", "name", "status", "attempt", "started_at", "finished_at")
 ATTEMPT_COLUMNS = ("seq", "attempt", "outcome", "executor", "started_at", "finished_at")
+IN_FLIGHT_COLUMNS = ("seq", "activity", "attempt", "state", "started_at", "executor", "last_heartbeat_at",
+                     "timeout_at", "next_retry_at")
 
 
 class Command(BaseCommand):
@@ -134,12 +137,22 @@ class Command(BaseCommand):
     def do_show(self, *, run_id: str, as_json: bool, **options: Any) -> None:
         run = self.run_named(run_id)
         data, steps, attempts = runs_cli.detail(run), runs_cli.journal(run), runs_cli.attempts(run)
+        in_flight = [item.as_dict() for item in pending_activities(run)]
         if as_json:
-            self.emit({"run": data, "journal": steps, "attempts": attempts})
+            self.emit({"run": data, "pending_activities": in_flight, "journal": steps, "attempts": attempts})
             return
         for key, value in data.items():
             shown = runs_cli.to_json(value, compact=True) if isinstance(value, dict | list) and value else value
             self.stdout.write(f"{key + ':':<20} {'-' if shown in (None, '', []) else shown}")
+        if in_flight:  # first: what an operator looks at a stuck-looking run for
+            self.stdout.write(f"\nin flight ({len(in_flight)}):")
+            self.stdout.write(runs_cli.table(in_flight, IN_FLIGHT_COLUMNS))
+            for row in in_flight:
+                if row["heartbeat_details"] is not None:
+                    self.stdout.write(f"    step {row['seq']} heartbeat details: "
+                                      f"{runs_cli.to_json(row['heartbeat_details'], compact=True)}")
+                if row["last_error"]:
+                    self.stdout.write(f"    step {row['seq']} last error: {runs_cli.error_text(row['last_error'])}")
         self.stdout.write(f"\njournal ({len(steps)} step(s)):")
         if steps:
             self.stdout.write(runs_cli.table(steps, JOURNAL_COLUMNS))

@@ -138,7 +138,7 @@ class ActivityOps(Branches):
 
     def _invoke(self, definition: ActivityDefinition, seq: int, attempt: int, args: tuple, kwargs: dict) -> Any:
         control = AttemptControl(self._claim, self.run_id, seq, attempt, timeout=definition.timeout,
-                                 heartbeat_timeout=definition.heartbeat_timeout)
+                                 heartbeat_timeout=definition.heartbeat_timeout, activity=definition.name)
         control.shielded = self._cleanup_depth > 0
         info = ActivityInfo(workflow_id=self.workflow_id, run_id=self.run_id, seq=seq, attempt=attempt,
                             activity=definition.name, generation=self._claim.run.retries, control=control)

@@ -277,7 +277,7 @@ class ActivityBranch(Pending[T]):
         self._began = clock.now()
         definition = self.definition
         control = AttemptControl(ctx._claim, ctx.run_id, self.seq, self._attempt, timeout=definition.timeout,
-                                 heartbeat_timeout=definition.heartbeat_timeout)
+                                 heartbeat_timeout=definition.heartbeat_timeout, activity=definition.name)
         control.shielded = self._shielded
         self._info = ActivityInfo(workflow_id=ctx.workflow_id, run_id=ctx.run_id, seq=self.seq,
                                   attempt=self._attempt, activity=definition.name, generation=ctx._claim.run.retries,

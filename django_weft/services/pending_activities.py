@@ -1,0 +1,115 @@
+"""Work in flight (design 9.5): the activity attempts of a run that have not settled, for
+``handle.pending_activities()``, the admin's run page, the API and ``weft_runs show``.
+
+Four kinds, from what the engine already keeps: an attempt executing (published by its executor once it has run
+for a second, runtime.in_flight), an async attempt waiting for its completion, a step waiting out a retry backoff,
+and an attempt waiting for a slot of a limited activity. Each carries its last heartbeat (time and details) where
+there is one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import Any
+
+from django_weft.common.codec import decode
+from django_weft.models import (
+    ActivityHeartbeat,
+    ActivitySlot,
+    ActivitySlotState,
+    AsyncActivity,
+    AsyncStatus,
+    AttemptInFlight,
+    StepKind,
+    StepStatus,
+    Timer,
+    TimerPurpose,
+    Workflow,
+    WorkflowStep,
+)
+
+RUNNING = "running"
+WAITING_FOR_COMPLETION = "waiting_for_completion"
+WAITING_FOR_RETRY = "waiting_for_retry"
+WAITING_FOR_SLOT = "waiting_for_slot"
+
+
+@dataclass(frozen=True)
+class PendingActivity:
+    """One activity attempt of a run that has not settled."""
+
+    seq: int
+    activity: str
+    attempt: int  # the attempt running or waiting (for a retry: the one that will begin)
+    state: str  # running, waiting_for_completion, waiting_for_retry, waiting_for_slot
+    started_at: datetime | None  # when this attempt began (a retry: when the failed one began)
+    executor: str = ""
+    timeout_at: datetime | None = None
+    next_retry_at: datetime | None = None
+    last_error: dict | None = None
+    last_heartbeat_at: datetime | None = None
+    heartbeat_details: Any = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def pending_activities(run: Workflow) -> list[PendingActivity]:
+    """The run's activity attempts in flight, by step. A finished run has none."""
+    if run.is_finished:
+        return []
+    timers = {t.seq: t for t in Timer.objects.filter(run=run, fired_at__isnull=True,
+                                                    purpose__in=[TimerPurpose.RETRY_BACKOFF,
+                                                                 TimerPurpose.ACTIVITY_TIMEOUT])}
+    running = list(AttemptInFlight.objects.filter(run=run))
+    waiting = list(AsyncActivity.objects.filter(run=run, status=AsyncStatus.PENDING))
+    slots = list(ActivitySlot.objects.filter(run=run, state=ActivitySlotState.WAITING))
+    candidates = {*timers, *(r.seq for r in running), *(r.seq for r in waiting), *(r.seq for r in slots)}
+    if not candidates:
+        return []  # the common case: a query per source, none of the journal
+    steps = {row.seq: row for row in WorkflowStep.objects.filter(
+        run=run, seq__in=candidates, kind__in=[StepKind.ACTIVITY, StepKind.TRANSACTION]).only(
+        "seq", "name", "status", "attempt", "error", "started_at")}
+    settled = {seq for seq, row in steps.items() if row.status != StepStatus.WAITING}
+    beats = {b.seq: b for b in ActivityHeartbeat.objects.filter(run=run, seq__in=candidates)}
+    found: dict[int, PendingActivity] = {}
+    for row in running:
+        step = steps.get(row.seq)
+        if row.seq in settled or (step is not None and step.attempt > row.attempt):
+            continue  # it settled, or a later attempt replaced it, since it was published
+        found[row.seq] = _with_beat(PendingActivity(
+            seq=row.seq, activity=row.activity, attempt=row.attempt, state=RUNNING, started_at=row.started_at,
+            executor=row.executor, timeout_at=row.timeout_at), beats.get(row.seq))
+    for record in waiting:
+        if record.seq in settled or record.seq in found:
+            continue
+        timer = timers.get(record.seq)
+        found[record.seq] = _with_beat(PendingActivity(
+            seq=record.seq, activity=record.activity, attempt=record.attempt, state=WAITING_FOR_COMPLETION,
+            started_at=record.created_at,
+            timeout_at=timer.fire_at if timer and timer.purpose == TimerPurpose.ACTIVITY_TIMEOUT else None,
+        ), beats.get(record.seq))
+    for seq, step in steps.items():
+        timer = timers.get(seq)
+        if seq in found or step.status != StepStatus.WAITING or timer is None or \
+                timer.purpose != TimerPurpose.RETRY_BACKOFF:
+            continue
+        found[seq] = _with_beat(PendingActivity(
+            seq=seq, activity=step.name, attempt=step.attempt + 1, state=WAITING_FOR_RETRY,
+            started_at=step.started_at, next_retry_at=timer.fire_at, last_error=step.error), beats.get(seq))
+    for slot in slots:
+        if slot.seq in found or slot.seq in settled:
+            continue
+        step = steps.get(slot.seq)
+        found[slot.seq] = PendingActivity(
+            seq=slot.seq, activity=slot.activity, attempt=(step.attempt + 1) if step else 1, state=WAITING_FOR_SLOT,
+            started_at=None, last_error=step.error if step else None)
+    return [found[seq] for seq in sorted(found)]
+
+
+def _with_beat(item: PendingActivity, beat: ActivityHeartbeat | None) -> PendingActivity:
+    if beat is None or beat.attempt > item.attempt:
+        return item
+    details = None if beat.details is None else decode(beat.details)
+    return PendingActivity(**{**asdict(item), "last_heartbeat_at": beat.beat_at, "heartbeat_details": details})
