@@ -1,6 +1,8 @@
 """The activity attempts this process runs now, published for operators once they have run for PUBLISH_AFTER
-seconds (design 9.5). The lease keeper's thread does the writing, so an attempt that ends sooner costs nothing but
-two dictionary operations: no statement, no commit on the step's path."""
+seconds (design 9.5). A thread of its own does the writing, about once a second while attempts run, so an attempt
+that ends sooner costs nothing but two dictionary operations: no statement, no commit on the step's path. (Not the
+lease keeper's thread: a row written here references its run, and a run row another transaction holds locked would
+hold up the renewal of every other lease.)"""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from django_weft.store import in_flight
 logger = logging.getLogger("django_weft.leases")
 
 PUBLISH_AFTER = 1.0
+TICK_SECONDS = 1.0
 
 
 @dataclass
@@ -35,11 +38,35 @@ _ended: list[tuple[Any, int, int]] = []  # published attempts that ended, to wit
 _lock = threading.Lock()
 
 
+_publisher: threading.Thread | None = None
+
+
 def began(token: int, run_id: Any, seq: int, attempt: int, *, activity: str, executor: str,
           timeout: float | None) -> None:
+    global _publisher
     entry = _Entry((run_id, seq, attempt), activity, executor, time.monotonic(), clock.now(), timeout)
     with _lock:
         _running[token] = entry
+        if _publisher is None or not _publisher.is_alive():
+            _publisher = threading.Thread(target=_publish_while_running, name="weft-in-flight", daemon=True)
+            _publisher.start()
+
+
+def _publish_while_running() -> None:
+    """Tick while attempts run or wait to be withdrawn; end (closing its connection) once there are none."""
+    global _publisher
+    from django.db import connections
+
+    try:
+        while True:
+            time.sleep(TICK_SECONDS)
+            publish_due()
+            with _lock:
+                if not _running and not _ended:
+                    _publisher = None
+                    return
+    finally:
+        connections.close_all()
 
 
 def ended(token: int) -> None:
@@ -50,8 +77,8 @@ def ended(token: int) -> None:
 
 
 def publish_due() -> None:
-    """Publish the attempts running for over PUBLISH_AFTER seconds, withdraw the published ones that ended (called
-    by lease keepers, about once a second). A failure is logged: it must not stop the keeper."""
+    """Publish the attempts running for over PUBLISH_AFTER seconds, withdraw the published ones that ended. A failure
+    is logged, and tried again at the next tick."""
     now_mono = time.monotonic()
     with _lock:
         due = [entry for entry in _running.values() if not entry.published and now_mono - entry.began >= PUBLISH_AFTER]

@@ -8,7 +8,6 @@ import logging
 import os
 import socket
 import threading
-import time
 import uuid
 import weakref
 from datetime import datetime, timedelta
@@ -23,13 +22,10 @@ from django.db import close_old_connections, connections
 from django_weft.common import clock
 from django_weft.conf import weft_settings
 from django_weft.models import Executor
-from django_weft.runtime import in_flight
 from django_weft.store import leases, transitions
 
 logger = logging.getLogger("django_weft.leases")
 
-# How often the keeper publishes the attempts in flight (runtime.in_flight).
-PUBLISH_SECONDS = 1.0
 # A process's row counts as dead once it missed this many heartbeats (django_weft.services.liveness reads it).
 MISSED_BEATS = 3
 
@@ -155,14 +151,8 @@ class LeaseKeeper:
 
     def _loop(self) -> None:
         recycle = False  # the last beat or renewal failed: its connection may be broken
-        beat_at = time.monotonic() + weft_settings.HEARTBEAT_SECONDS
         try:
-            # A tick a second publishes the attempts in flight; every WEFT_HEARTBEAT_SECONDS, leases are renewed.
-            while not self._done.wait(max(0.0, min(PUBLISH_SECONDS, beat_at - time.monotonic()))):
-                in_flight.publish_due()
-                if time.monotonic() < beat_at:
-                    continue
-                beat_at = time.monotonic() + weft_settings.HEARTBEAT_SECONDS
+            while not self._done.wait(weft_settings.HEARTBEAT_SECONDS):
                 with self._lock:
                     held = list(self._held)
                 if not held and self._heartbeat is None:
