@@ -23,6 +23,13 @@ Signals sent to runs:
   nothing and sends nothing);
 * ``signal_consumed``: ``name``, ``signal_pk`` and ``seq`` (the step that consumed it), after the run's commit
   that records the consumption.
+
+An operator's view of a run's life (``run`` as it was written):
+
+* ``workflow_taken_over``: ``previous_owner`` (the executor whose lease ran out while it held the run) and
+  ``owner`` (the one that took it over), after the claim;
+* ``workflow_suspended``: ``reason``, after the commit that suspended it;
+* ``workflow_resumed``: after the commit that made it runnable again.
 """
 
 from __future__ import annotations
@@ -42,3 +49,6 @@ activity_completed = Signal()
 activity_failed = Signal()
 signal_received = Signal()
 signal_consumed = Signal()
+workflow_taken_over = Signal()
+workflow_suspended = Signal()
+workflow_resumed = Signal()

@@ -44,7 +44,7 @@ def test_killed_process_run_is_recovered_by_another_process(row_locks, maintenan
     """SIGKILL mid-activity: a second process takes the run over once the lease expires and finishes it;
     recorded steps are not executed again, only the step in flight is (at-least-once)."""
     release = tmp_path / "release"
-    handle = weft.start("test.crash", crash_spec("crash", release))
+    handle = weft.start("test.crash", crash_spec("crash", release), workflow_id="takeover-crash")
     first = maintenance("first", "--interval", "0.2", **SHORT_LEASE)
     wait_until(lambda: executions("crash:start") == 1, "wait_for_file to start in the first process", 30,
                [first])
@@ -75,6 +75,8 @@ def test_killed_process_run_is_recovered_by_another_process(row_locks, maintenan
     assert_ran_in("crash:start", first, second)
     assert_ran_in("crash:end", second)
     assert_ran_in("crash:after", second)
+    # The takeover was announced (signals.workflow_taken_over, received in the second process).
+    assert_ran_in(f"taken_over:{handle.workflow_id}:True", second)
 
 
 # --- 2. across a process restart ------------------------------------------------------------------------

@@ -62,6 +62,37 @@ class SignalForm(forms.Form):
                                 help_text=_("Optional deduplication id: a repeat with the same id is stored once."))
 
 
+class StepControlForm(forms.Form):
+    """One step control (services.step_controls): which step, which control, and for "set options" what to change."""
+
+    seq = forms.IntegerField(label=_("step"), min_value=1)
+    control = forms.ChoiceField(label=_("control"), choices=[
+        ("fire_timer_now", _("Fire its timer or retry backoff now")),
+        ("reset_attempts", _("Reset its activity's attempt count")),
+        ("pause_retries", _("Pause its retries")),
+        ("unpause_retries", _("Unpause its retries")),
+        ("set_activity_options", _("Change its retry policy or timeouts")),
+    ])
+    max_attempts = forms.IntegerField(label=_("max attempts"), min_value=1, required=False)
+    initial_backoff = forms.FloatField(label=_("initial backoff (s)"), min_value=0, required=False)
+    max_backoff = forms.FloatField(label=_("max backoff (s)"), min_value=0, required=False)
+    timeout = forms.FloatField(label=_("timeout per attempt (s)"), min_value=0.001, required=False)
+    schedule_to_close_timeout = forms.FloatField(label=_("schedule-to-close timeout (s)"), min_value=0.001,
+                                                 required=False)
+
+    RETRY = ("max_attempts", "initial_backoff", "max_backoff")
+    TIMEOUTS = ("timeout", "schedule_to_close_timeout")
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        options = [name for name in (*self.RETRY, *self.TIMEOUTS) if data.get(name) is not None]
+        if data.get("control") == "set_activity_options" and not options:
+            raise ValidationError(_("Give at least one of the retry policy's fields or a timeout to change."))
+        if data.get("control") not in (None, "set_activity_options") and options:
+            raise ValidationError(_("Only “change its retry policy or timeouts” takes these fields."))
+        return data
+
+
 class SuggestingTextInput(forms.TextInput):
     """A text input with the browser's suggestions (a ``<datalist>``): any text goes, known values are offered."""
 
@@ -163,7 +194,7 @@ class ScheduleForm(forms.ModelForm):
         # Model fields only: the declared input_json is always on the form, unless the admin lists it as
         # read-only (a subclass without it would otherwise fail over an unknown field in Meta).
         fields = ("schedule_id", "workflow_type", "cron", "every", "timezone", "overlap", "backfill_missed",
-                  "catchup_window", "jitter", "start_at", "end_at", "queue", "priority")
+                  "catchup_window", "jitter", "start_at", "end_at", "queue", "priority", "pause_on_failure")
         help_texts = {"every": _every_help()}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -250,7 +281,7 @@ class ScheduleForm(forms.ModelForm):
                     cron=cron, every=every, timezone=zone, overlap=data.get("overlap"),
                     backfill=bool(data.get("backfill_missed")), catchup_window=data.get("catchup_window"),
                     jitter=data.get("jitter"), start_at=start_at, end_at=end_at, queue=data.get("queue") or None,
-                    priority=data.get("priority") or 0)
+                    priority=data.get("priority") or 0, pause_on_failure=bool(data.get("pause_on_failure")))
             except WeftError as exc:
                 self.add_error(None, str(exc))
         data["cron"] = cron or ""

@@ -9,6 +9,7 @@ from django.utils.translation import gettext_lazy as _
 
 from django_weft.models import Workflow
 from django_weft.services.pending_activities import (
+    RETRIES_PAUSED,
     RUNNING,
     WAITING_FOR_COMPLETION,
     WAITING_FOR_RETRY,
@@ -21,11 +22,23 @@ STATE_LABELS = {
     WAITING_FOR_COMPLETION: _("waiting for its async completion"),
     WAITING_FOR_RETRY: _("waiting to retry"),
     WAITING_FOR_SLOT: _("waiting for a slot"),
+    RETRIES_PAUSED: _("retries paused by an operator"),
 }
 
 
-def in_flight_rows(run: Workflow) -> list[dict[str, Any]]:
-    """The panel's rows; payloads as JSON text (the template escapes it)."""
+# The step controls that apply to an attempt in each state (the panel links to the step-control form with them).
+CONTROLS = {
+    WAITING_FOR_RETRY: (("fire_timer_now", _("retry now")), ("pause_retries", _("pause retries")),
+                        ("reset_attempts", _("reset attempts")), ("set_activity_options", _("change policy"))),
+    RETRIES_PAUSED: (("unpause_retries", _("unpause retries")), ("reset_attempts", _("reset attempts")),
+                     ("set_activity_options", _("change policy"))),
+    WAITING_FOR_COMPLETION: (("reset_attempts", _("reset attempts")), ("set_activity_options", _("change policy"))),
+}
+
+
+def in_flight_rows(run: Workflow, control_url: str = "") -> list[dict[str, Any]]:
+    """The panel's rows; payloads as JSON text (the template escapes it); with ``control_url`` (the user may control
+    steps), links to the step controls that apply."""
     rows = []
     for item in pending_activities(run):
         row = item.as_dict()
@@ -34,5 +47,7 @@ def in_flight_rows(run: Workflow) -> list[dict[str, Any]]:
             item.heartbeat_details, indent=2, ensure_ascii=False, default=str)
         row["error_text"] = (f"{item.last_error.get('type')}: {item.last_error.get('message')}"
                              if item.last_error else "")
+        row["controls"] = [{"label": label, "url": f"{control_url}?seq={item.seq}&control={name}"}
+                           for name, label in CONTROLS.get(item.state, ())] if control_url else []
         rows.append(row)
     return rows

@@ -22,6 +22,7 @@ from django_weft.admin.common import (
 from django_weft.models import (
     AsyncActivity,
     AsyncStatus,
+    RunAction,
     Signal,
     StepAttempt,
     StepStatus,
@@ -189,6 +190,17 @@ class StreamEntryInline(ReadOnlyInline):
     @admin.display(description=_("value"))
     def value_preview(self, entry: StreamEntry) -> str:
         return _t("(stream closed)") if entry.closed else preview(entry.value)
+
+
+class RunActionInline(ReadOnlyInline):
+    """What operators did to the run's steps (step controls), newest last."""
+
+    model = RunAction
+    verbose_name = _("operator action")
+    verbose_name_plural = _("operator actions on steps")
+    fields = ("at", "seq", "action", "requested_by", "detail")
+    readonly_fields = fields
+    ordering = ("at", "id")
 
 
 # A task token is a bearer credential: POSTed to the completion webhook it completes (or fails) its

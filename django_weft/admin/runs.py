@@ -29,11 +29,12 @@ from django_weft.admin.common import (
     span,
 )
 from django_weft.admin.filters import TagFilter, VersionFilter, attribute_filters, attribute_listing
-from django_weft.admin.forms import AsyncCompletionForm, SignalForm
+from django_weft.admin.forms import AsyncCompletionForm, SignalForm, StepControlForm
 from django_weft.admin.in_flight import in_flight_rows
 from django_weft.admin.run_inlines import (
     AsyncActivityInline,
     EventInline,
+    RunActionInline,
     SignalInline,
     StepAttemptInline,
     StreamEntryInline,
@@ -57,7 +58,7 @@ from django_weft.models import (
     WorkflowStep,
 )
 from django_weft.runtime.activities import complete_async_activity, fail_async_activity
-from django_weft.services import liveness
+from django_weft.services import liveness, step_controls
 from django_weft.services.client import WorkflowHandle
 from django_weft.services.maintenance import delete_finished_runs
 from django_weft.store import repairs, transitions
@@ -153,7 +154,7 @@ class WorkflowAdmin(OperationsMixin, ReadOnlyMixin, admin.ModelAdmin):
     list_select_related = ("schedule",)
     actions = ("cancel_selected", "retry_selected", "suspend_selected", "resume_selected", "purge_selected")
     inlines = (WorkflowStepInline, StepAttemptInline, SignalInline, UpdateInline, EventInline, StreamEntryInline,
-               AsyncActivityInline, TimerInline)
+               AsyncActivityInline, TimerInline, RunActionInline)
     change_list_template = "admin/django_weft/workflow/change_list.html"
     change_form_template = "admin/django_weft/workflow/change_form.html"
 
@@ -264,13 +265,18 @@ class WorkflowAdmin(OperationsMixin, ReadOnlyMixin, admin.ModelAdmin):
                     and AsyncActivity.objects.filter(run=run, status=AsyncStatus.PENDING).exists()):
                 buttons.append({"label": _("Complete or fail async activity"), "name": "async",
                                 "url": reverse("admin:django_weft_workflow_async", args=[run.pk])})
+            if self.has_retry_permission(request) and not run.is_finished:
+                buttons.append({"label": _("Control a step"), "name": "step-control",
+                                "url": reverse("admin:django_weft_workflow_step_control", args=[run.pk])})
             extra_context["weft_buttons"] = buttons
         return super().change_view(request, object_id, form_url, extra_context)
 
     def render_change_form(self, request: HttpRequest, context: dict[str, Any], add: bool = False,
                            change: bool = False, form_url: str = "", obj: Workflow | None = None) -> HttpResponse:
         if obj is not None:
-            context["weft_in_flight"] = in_flight_rows(obj)  # first on the page: what a stuck-looking run does
+            control_url = (reverse("admin:django_weft_workflow_step_control", args=[obj.pk])
+                           if self.has_retry_permission(request) and not obj.is_finished else "")
+            context["weft_in_flight"] = in_flight_rows(obj, control_url)  # first: what a stuck-looking run does
         if obj is not None:  # the branch timeline, from the rows the journal inline loaded
             context["weft_timeline"] = build_timeline(obj, journal_rows(context, obj))
             # The Queries panel (read-only: whoever may view the run), and links to send updates.
@@ -311,6 +317,8 @@ class WorkflowAdmin(OperationsMixin, ReadOnlyMixin, admin.ModelAdmin):
                  name="django_weft_workflow_async"),
             path("<path:object_id>/update/", self.admin_site.admin_view(self.update_view),
                  name="django_weft_workflow_update"),
+            path("<path:object_id>/step-control/", self.admin_site.admin_view(self.step_control_view),
+                 name="django_weft_workflow_step_control"),
             *super().get_urls(),
         ]
 
@@ -354,6 +362,41 @@ class WorkflowAdmin(OperationsMixin, ReadOnlyMixin, admin.ModelAdmin):
                 return self._back(run)
         return self._form_page(request, run, form, _t("Send a signal to %(run)s") % {"run": run.workflow_id},
                                {"submit_label": _t("Send signal")})
+
+    def step_control_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """A step control on this run (fire now, reset attempts, pause, unpause, options): audited as a RunAction
+        and in the admin's change log."""
+        run = self._run_for_form(request, object_id, allowed=self.has_retry_permission(request))
+        if isinstance(run, HttpResponse):
+            return run
+        form = StepControlForm(request.POST or None, initial={k: request.GET.get(k) for k in ("seq", "control")})
+        if request.method == "POST" and form.is_valid():
+            data = form.cleaned_data
+            current = Workflow.objects.end_of_chain(run)
+            try:
+                if data["control"] == "set_activity_options":
+                    given = {k: data[k] for k in form.RETRY if data.get(k) is not None}
+                    retry = None
+                    if given:
+                        declared = step_controls.declared_retry(current, data["seq"])
+                        retry = {**{k: getattr(declared, k) for k in step_controls.RETRY_FIELDS}, **given}
+                    step_controls.set_activity_options(
+                        current, data["seq"], retry=retry, timeout=data.get("timeout"),
+                        schedule_to_close_timeout=data.get("schedule_to_close_timeout"),
+                        requested_by=request.user.get_username())
+                else:
+                    step_controls.perform(current, data["control"], data["seq"],
+                                          requested_by=request.user.get_username())
+            except WeftError as exc:
+                form.add_error(None, str(exc))
+            else:
+                labels = dict(StepControlForm.base_fields["control"].choices)  # type: ignore[attr-defined]
+                note = _t("Step %(seq)s: %(control)s.") % {"seq": data["seq"], "control": labels[data["control"]]}
+                self.log_change(request, run, note)
+                self.message_user(request, note, messages.SUCCESS)
+                return self._back(run)
+        return self._form_page(request, run, form, _t("Control a step of %(run)s") % {"run": run.workflow_id},
+                               {"submit_label": _t("Apply")})
 
     def update_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         return send_update_view(self, request, object_id)

@@ -102,7 +102,7 @@ class ScheduleAdmin(OperationsMixin, admin.ModelAdmin):
     actions = ("pause_selected", "resume_selected", "trigger_selected", "cancel_selected")
     change_form_template = "admin/django_weft/schedule/change_form.html"
     cadence_fields = ("cron", "every", "timezone", "description", "overlap", "backfill_missed", "catchup_window",
-                      "jitter", "start_at", "end_at", "queue", "priority")
+                      "jitter", "start_at", "end_at", "queue", "priority", "pause_on_failure")
     state_fields = ("status_badge", "note", "next_fire_local", "last_fire_local", "missed_fire_count",
                     "last_missed_fire_at", "queued_runs", "current_run_link", "from_settings", "created_at",
                     "updated_at")
@@ -161,7 +161,8 @@ class ScheduleAdmin(OperationsMixin, admin.ModelAdmin):
         options: dict[str, Any] = {"cron": spec.cron or None, "every": spec.every, "timezone": spec.timezone,
                    "overlap": spec.overlap, "backfill": spec.backfill, "catchup_window": spec.catchup_window,
                    "jitter": spec.jitter, "start_at": spec.start_at, "end_at": spec.end_at,
-                   "queue": spec.queue or None, "priority": spec.priority}
+                   "queue": spec.queue or None, "priority": spec.priority,
+                   "pause_on_failure": spec.pause_on_failure}
         if not form.fields["input_json"].disabled:
             options["input"] = form.cleaned_data.get("input_json")
         if change:

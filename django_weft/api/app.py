@@ -12,7 +12,7 @@ from ninja import NinjaAPI
 from ninja.parser import Parser
 
 from django_weft import __version__
-from django_weft.api import bulk, errors, published, queues, runs, schedules, waits, webhooks
+from django_weft.api import bulk, errors, published, queues, runs, schedules, step_controls, waits, webhooks
 from django_weft.api.auth import AUTH
 from django_weft.common.codec import MAX_DEPTH
 from django_weft.conf import weft_settings
@@ -69,3 +69,4 @@ api.add_router("", bulk.router)
 api.add_router("", webhooks.router)
 api.add_router("", queues.router)
 api.add_router("", published.router)
+api.add_router("", step_controls.router)

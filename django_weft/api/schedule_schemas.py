@@ -36,6 +36,7 @@ class ScheduleOptions(Body):
     end_at: dt.datetime | None = None
     queue: str | None = Field(None, max_length=100, description="A queue of WEFT_QUEUES its runs start on.")
     priority: int = Field(0, ge=-(2**31 - 1), le=2**31 - 1, description="Their priority on it (lower first).")
+    pause_on_failure: bool = Field(False, description="Pause the schedule when one of its runs fails or times out.")
 
 
 class ScheduleIn(ScheduleOptions):
@@ -71,6 +72,7 @@ class ScheduleOut(Schema):
     end_at: dt.datetime | None
     queue: str | None
     priority: int
+    pause_on_failure: bool
     status: str
     note: str
     next_fire_at: dt.datetime | None
@@ -118,7 +120,7 @@ def schedule_out(schedule: Schedule, *, in_settings: bool) -> dict[str, Any]:
         "overlap": schedule.overlap, "backfill": schedule.backfill_missed,
         "catchup_window": _seconds(schedule.catchup_window), "jitter": _seconds(schedule.jitter),
         "start_at": schedule.start_at, "end_at": schedule.end_at, "status": schedule.status, "note": schedule.note,
-        "queue": schedule.queue or None, "priority": schedule.priority,
+        "queue": schedule.queue or None, "priority": schedule.priority, "pause_on_failure": schedule.pause_on_failure,
         "next_fire_at": schedule.next_fire_at, "last_fire_at": schedule.last_fire_at,
         "missed_fire_count": schedule.missed_fire_count, "last_missed_fire_at": schedule.last_missed_fire_at,
         "queued_runs": schedule.queued_runs, "current_run_id": schedule.current_run_id,

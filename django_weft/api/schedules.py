@@ -59,7 +59,8 @@ def create(request: HttpRequest, body: ScheduleIn) -> Status[dict[str, Any]]:
     schedule = schedules.create_schedule(
         body.schedule_id, body.workflow, body.input, cron=body.cron, every=body.every, timezone=body.timezone,
         overlap=body.overlap, backfill=body.backfill, catchup_window=body.catchup_window, jitter=body.jitter,
-        start_at=body.start_at, end_at=body.end_at, queue=body.queue, priority=body.priority)
+        start_at=body.start_at, end_at=body.end_at, queue=body.queue, priority=body.priority,
+        pause_on_failure=body.pause_on_failure)
     return Status(201, _out(schedule))
 
 

@@ -24,6 +24,7 @@ from django_weft.models.choices import (
     TimerPurpose,
     UpdateStatus,
 )
+from django_weft.models.controls import RunAction, StepControl
 from django_weft.models.events import StreamEntry, WorkflowEvent
 from django_weft.models.executors import ActivityHeartbeat, Executor
 from django_weft.models.in_flight import AttemptInFlight
@@ -53,6 +54,7 @@ __all__ = [
     "ParentClosePolicy",
     "PausedType",
     "QueueState",
+    "RunAction",
     "RunStatus",
     "Schedule",
     "ScheduleOccurrence",
@@ -61,6 +63,7 @@ __all__ = [
     "Signal",
     "SpentIdempotencyKey",
     "StepAttempt",
+    "StepControl",
     "StepKind",
     "StepStatus",
     "StreamEntry",

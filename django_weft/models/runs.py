@@ -105,6 +105,8 @@ class Workflow(models.Model):
     queue_order = models.BigIntegerField(default=0, db_default=0)
     admitted_at = models.DateTimeField(null=True, blank=True)
     cancel_reason = models.TextField(blank=True, default="")
+    # An operator controlled one of its steps (models.StepControl): the replay reads those controls.
+    has_step_controls = models.BooleanField(default=False, db_default=False)
     execution_deadline = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField()
     started_at = models.DateTimeField(null=True, blank=True)

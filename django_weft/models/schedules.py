@@ -26,6 +26,8 @@ class Schedule(models.Model):
     every = models.DurationField(null=True, blank=True)
     timezone = models.CharField(max_length=64)
     overlap = models.CharField(max_length=16, choices=OverlapPolicy.choices, default=OverlapPolicy.SKIP)
+    # Pause the schedule when one of its runs fails (an operator resumes it once the cause is fixed).
+    pause_on_failure = models.BooleanField(default=False, db_default=False)
     # create_schedule(backfill=True): run missed occurrences instead of counting them as missed.
     backfill_missed = models.BooleanField(default=False)
     catchup_window = models.DurationField(null=True, blank=True)

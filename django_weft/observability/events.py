@@ -135,10 +135,18 @@ def _run_event_committed(signal: Any, run: Workflow) -> None:
         signal.send_robust(sender=Workflow, run=run)
 
 
-def takeover(run: Workflow) -> None:
-    """This execution took ``run`` over from an executor whose lease expired."""
+def takeover(run: Workflow, *, previous_owner: str = "", owner: str = "") -> None:
+    """This execution took ``run`` over from an executor whose lease expired (the claim has committed)."""
     if _metrics is not None:
         _metrics.takeover(run.workflow_type)
+    if signals.workflow_taken_over.receivers:
+        signals.workflow_taken_over.send_robust(sender=Workflow, run=run, previous_owner=previous_owner, owner=owner)
+
+
+def operator_event(signal: Any, run: Workflow, **details: Any) -> None:
+    """Inside the transaction that suspended or resumed ``run``: send ``signal`` once it commits."""
+    if signal.receivers:
+        transaction.on_commit(lambda: signal.send_robust(sender=Workflow, run=run, **details))
 
 
 # --- activity attempts -------------------------------------------------------------------------------

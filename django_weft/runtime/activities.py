@@ -92,6 +92,19 @@ DEFAULT_RETRY_POLICY = RetryPolicy()
 
 
 @dataclass(frozen=True)
+class ResetRetryPolicy(RetryPolicy):
+    """A policy whose first ``counted_after`` attempts no longer count (an operator reset the step's attempts)."""
+
+    counted_after: int = 0
+
+    def backoff(self, attempt: int) -> float:
+        return super().backoff(max(1, attempt - self.counted_after))
+
+    def allows(self, attempt: int) -> bool:
+        return super().allows(attempt - self.counted_after)
+
+
+@dataclass(frozen=True)
 class ActivityDefinition:
     name: str
     fn: Callable[..., Any]
@@ -255,6 +268,11 @@ def is_coroutine_body(body: Callable[..., Any]) -> bool:
 
 # Activities by registered name (``ctx.run("name", ...)``), the one registered last for a name.
 _by_name: dict[str, ActivityDefinition] = {}
+
+
+def definitions_by_name() -> dict[str, ActivityDefinition]:
+    """The registered activities (and transaction functions) by name."""
+    return dict(_by_name)
 
 
 def definition_of(fn: Callable[..., Any] | str) -> ActivityDefinition:

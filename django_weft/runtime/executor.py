@@ -102,7 +102,7 @@ def _execute(claim: transitions.Claim, should_stop: Callable[[], bool]) -> str:
                                                                        seq__isnull=False)}
     claim.has_dependents = any(step.kind == StepKind.CHILD for step in journal.values())
     if claim.previous_status == transitions.S.RUNNING and claim.previous_owner:
-        events.takeover(run)
+        events.takeover(run, previous_owner=claim.previous_owner, owner=claim.owner)
         poisoned = _count_recovery(claim, len(journal))
         if poisoned is not None:
             return poisoned

@@ -28,7 +28,16 @@ from django_weft.exceptions import (
     WorkflowTimedOut,
 )
 from django_weft.models import RunStatus, Workflow
-from django_weft.services import flow_starts, liveness, pending_activities, published, queries, result_waiters
+from django_weft.runtime.activities import RetryPolicy
+from django_weft.services import (
+    flow_starts,
+    liveness,
+    pending_activities,
+    published,
+    queries,
+    result_waiters,
+    step_controls,
+)
 from django_weft.services.pending_activities import PendingActivity
 from django_weft.store import (
     forks,
@@ -169,6 +178,35 @@ class WorkflowHandle:
         for over a second, waiting for an async completion, for a retry backoff or for a slot, each with its
         attempt, start, executor, timeout, next retry, last error and last heartbeat (time and details)."""
         return pending_activities.pending_activities(Workflow.objects.end_of_chain(self.refresh()))
+
+    # --- step controls (services.step_controls): each refused with TransitionNotAllowed when it no longer applies
+
+    def fire_timer_now(self, seq: int, *, requested_by: str = "") -> None:
+        """Fire the sleep, retry backoff or wait timeout step ``seq`` waits on now."""
+        step_controls.fire_timer_now(self._chain_run(), seq, requested_by=requested_by)
+
+    def reset_activity_attempts(self, seq: int, *, requested_by: str = "") -> None:
+        """The activity waiting at step ``seq`` starts over with its retry policy (its next attempt counts as 1)."""
+        step_controls.reset_attempts(self._chain_run(), seq, requested_by=requested_by)
+
+    def pause_activity_retries(self, seq: int, *, requested_by: str = "") -> None:
+        """Hold the next retry of the activity at step ``seq`` until unpaused."""
+        step_controls.pause_retries(self._chain_run(), seq, requested_by=requested_by)
+
+    def unpause_activity_retries(self, seq: int, *, requested_by: str = "") -> None:
+        step_controls.unpause_retries(self._chain_run(), seq, requested_by=requested_by)
+
+    def set_activity_options(self, seq: int, *, retry: RetryPolicy | dict | None = None,
+                             timeout: float | timedelta | None = None,
+                             schedule_to_close_timeout: float | timedelta | None = None,
+                             requested_by: str = "") -> None:
+        """Replace the retry policy or timeouts of the activity waiting at step ``seq`` (from its next attempt)."""
+        step_controls.set_activity_options(self._chain_run(), seq, retry=retry, timeout=timeout,
+                                           schedule_to_close_timeout=schedule_to_close_timeout,
+                                           requested_by=requested_by)
+
+    def _chain_run(self) -> Workflow:
+        return Workflow.objects.end_of_chain(self.refresh())
 
     def get_event(self, key: str, timeout: float | timedelta | None = None) -> Any:
         """The latest value the run (or its continue-as-new chain) set for event ``key`` with ``ctx.set_event``,

@@ -21,6 +21,7 @@ from django_weft.models import (
     AsyncActivity,
     AsyncStatus,
     AttemptInFlight,
+    StepControl,
     StepKind,
     StepStatus,
     Timer,
@@ -33,6 +34,7 @@ RUNNING = "running"
 WAITING_FOR_COMPLETION = "waiting_for_completion"
 WAITING_FOR_RETRY = "waiting_for_retry"
 WAITING_FOR_SLOT = "waiting_for_slot"
+RETRIES_PAUSED = "retries_paused"  # waiting to retry, and an operator paused its retries
 
 
 @dataclass(frozen=True)
@@ -42,7 +44,7 @@ class PendingActivity:
     seq: int
     activity: str
     attempt: int  # the attempt running or waiting (for a retry: the one that will begin)
-    state: str  # running, waiting_for_completion, waiting_for_retry, waiting_for_slot
+    state: str  # running, waiting_for_completion, waiting_for_retry, retries_paused, waiting_for_slot
     started_at: datetime | None  # when this attempt began (a retry: when the failed one began)
     executor: str = ""
     timeout_at: datetime | None = None
@@ -65,7 +67,8 @@ def pending_activities(run: Workflow) -> list[PendingActivity]:
     running = list(AttemptInFlight.objects.filter(run=run))
     waiting = list(AsyncActivity.objects.filter(run=run, status=AsyncStatus.PENDING))
     slots = list(ActivitySlot.objects.filter(run=run, state=ActivitySlotState.WAITING))
-    candidates = {*timers, *(r.seq for r in running), *(r.seq for r in waiting), *(r.seq for r in slots)}
+    candidates: set[int] = {int(seq) for seq in timers if seq is not None}
+    candidates |= {r.seq for r in running} | {r.seq for r in waiting} | {r.seq for r in slots}
     if not candidates:
         return []  # the common case: a query per source, none of the journal
     steps = {row.seq: row for row in WorkflowStep.objects.filter(
@@ -73,6 +76,8 @@ def pending_activities(run: Workflow) -> list[PendingActivity]:
         "seq", "name", "status", "attempt", "error", "started_at")}
     settled = {seq for seq, row in steps.items() if row.status != StepStatus.WAITING}
     beats = {b.seq: b for b in ActivityHeartbeat.objects.filter(run=run, seq__in=candidates)}
+    paused = set(StepControl.objects.filter(run=run, retries_paused=True).values_list("seq", flat=True)
+                 ) if run.has_step_controls else set()
     found: dict[int, PendingActivity] = {}
     for row in running:
         step = steps.get(row.seq)
@@ -96,7 +101,8 @@ def pending_activities(run: Workflow) -> list[PendingActivity]:
                 timer.purpose != TimerPurpose.RETRY_BACKOFF:
             continue
         found[seq] = _with_beat(PendingActivity(
-            seq=seq, activity=step.name, attempt=step.attempt + 1, state=WAITING_FOR_RETRY,
+            seq=seq, activity=step.name, attempt=step.attempt + 1,
+            state=RETRIES_PAUSED if seq in paused else WAITING_FOR_RETRY,
             started_at=step.started_at, next_retry_at=timer.fire_at, last_error=step.error), beats.get(seq))
     for slot in slots:
         if slot.seq in found or slot.seq in settled:

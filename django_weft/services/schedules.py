@@ -34,6 +34,7 @@ from django_weft.exceptions import (
 from django_weft.models import (
     OccurrenceOutcome,
     OverlapPolicy,
+    RunStatus,
     Schedule,
     ScheduleOccurrence,
     ScheduleStatus,
@@ -79,10 +80,12 @@ class ScheduleSpec:
     end_at: datetime | None
     queue: str = ""
     priority: int = 0
+    pause_on_failure: bool = False
 
     @classmethod
     def check(cls, *, cron: Any, every: Any, timezone: Any, overlap: Any, backfill: Any, catchup_window: Any,
-              jitter: Any, start_at: Any, end_at: Any, queue: Any = None, priority: Any = 0) -> ScheduleSpec:
+              jitter: Any, start_at: Any, end_at: Any, queue: Any = None, priority: Any = 0,
+              pause_on_failure: Any = False) -> ScheduleSpec:
         if (cron is None) == (every is None):
             raise InvalidArgument("a schedule needs exactly one of cron and every")
         if cron is not None:
@@ -98,6 +101,8 @@ class ScheduleSpec:
             raise InvalidArgument(f"overlap must be one of {', '.join(OverlapPolicy.values)}, got {overlap!r}")
         if not isinstance(backfill, bool):
             raise InvalidArgument(f"backfill must be True or False, got {backfill!r}")
+        if not isinstance(pause_on_failure, bool):
+            raise InvalidArgument(f"pause_on_failure must be True or False, got {pause_on_failure!r}")
         if start_at is not None:
             start_at = check_moment(start_at, "start_at")
         if end_at is not None:
@@ -114,14 +119,15 @@ class ScheduleSpec:
 
         return cls(cron=cron or "", every=interval, timezone=zone, overlap=overlap, backfill=backfill,
                    catchup_window=duration(catchup_window, "catchup_window"), jitter=duration(jitter, "jitter"),
-                   start_at=start_at, end_at=end_at, queue=queue or "", priority=priority)
+                   start_at=start_at, end_at=end_at, queue=queue or "", priority=priority,
+                   pause_on_failure=pause_on_failure)
 
     @classmethod
     def of(cls, schedule: Schedule) -> ScheduleSpec:
         return cls(cron=schedule.cron, every=schedule.every, timezone=schedule.timezone, overlap=schedule.overlap,
                    backfill=schedule.backfill_missed, catchup_window=schedule.catchup_window,
                    jitter=schedule.jitter, start_at=schedule.start_at, end_at=schedule.end_at,
-                   queue=schedule.queue, priority=schedule.priority)
+                   queue=schedule.queue, priority=schedule.priority, pause_on_failure=schedule.pause_on_failure)
 
     def apply(self, schedule: Schedule) -> None:
         schedule.cron, schedule.every, schedule.timezone = self.cron, self.every, self.timezone
@@ -129,6 +135,7 @@ class ScheduleSpec:
         schedule.catchup_window, schedule.jitter = self.catchup_window, self.jitter
         schedule.start_at, schedule.end_at = self.start_at, self.end_at
         schedule.queue, schedule.priority = self.queue, self.priority
+        schedule.pause_on_failure = self.pause_on_failure
 
 
 
@@ -164,6 +171,7 @@ def create_schedule(
     end_at: datetime | None = None,
     queue: str | None = None,
     priority: int = 0,
+    pause_on_failure: bool = False,
 ) -> Schedule:
     """Create a schedule that starts runs of ``workflow`` on a cron or interval cadence.
 
@@ -174,12 +182,13 @@ def create_schedule(
     a late tick missed (up to 256 per tick, none older than ``catchup_window``) instead of counting them
     as missed. ``jitter`` delays each occurrence by a deterministic amount below it. ``queue`` and ``priority``:
     its runs start on that queue of WEFT_QUEUES (default: the workflow's own) with that priority.
+    ``pause_on_failure=True`` pauses the schedule when one of its runs fails or times out (resume it once fixed).
     """
     _check_schedule_id(schedule_id)
     definition = get_workflow(workflow)
     spec = ScheduleSpec.check(cron=cron, every=every, timezone=timezone, overlap=overlap, backfill=backfill,
                               catchup_window=catchup_window, jitter=jitter, start_at=start_at, end_at=end_at,
-                              queue=queue, priority=priority)
+                              queue=queue, priority=priority, pause_on_failure=pause_on_failure)
     data = encode(input, what=f"input of schedule {schedule_id!r}")
     now = clock.now()
     schedule = Schedule(schedule_id=schedule_id, workflow_type=definition.name, input=data,
@@ -289,7 +298,7 @@ def cancel(schedule: Schedule) -> None:
 
 
 UPDATABLE = {"input", "cron", "every", "timezone", "overlap", "backfill", "catchup_window", "jitter", "start_at",
-             "end_at", "queue", "priority"}
+             "end_at", "queue", "priority", "pause_on_failure"}
 
 
 # What decides when occurrences fall due: an edit of one of these moves the next occurrence.
@@ -336,7 +345,7 @@ def _edited(schedule: Schedule, current: ScheduleSpec,
     values = {"cron": current.cron or None, "every": current.every, "timezone": current.timezone,
               "overlap": current.overlap, "backfill": current.backfill, "catchup_window": current.catchup_window,
               "jitter": current.jitter, "start_at": current.start_at, "end_at": current.end_at,
-              "queue": current.queue, "priority": current.priority}
+              "queue": current.queue, "priority": current.priority, "pause_on_failure": current.pause_on_failure}
     changes = dict(changes)
     if "cron" in changes or "every" in changes:
         values["cron"], values["every"] = changes.pop("cron", None), changes.pop("every", None)
@@ -433,13 +442,13 @@ def backfill(schedule: Schedule, start: datetime, end: datetime) -> int:
 
 REMOVED_NOTE = "removed from WEFT_SCHEDULES"
 SETTING_KEYS = {"workflow", "input", "cron", "every", "timezone", "overlap", "backfill", "catchup_window", "jitter",
-                "start_at", "end_at", "queue", "priority"}
+                "start_at", "end_at", "queue", "priority", "pause_on_failure"}
 
 
 # What an option left out of a WEFT_SCHEDULES entry means (create_schedule's defaults).
 SETTING_DEFAULTS: dict[str, Any] = {"input": None, "timezone": None, "overlap": OverlapPolicy.SKIP, "backfill": False,
                                     "catchup_window": None, "jitter": None, "start_at": None, "end_at": None,
-                                    "queue": None, "priority": 0}
+                                    "queue": None, "priority": 0, "pause_on_failure": False}
 
 
 @dataclass
@@ -509,7 +518,7 @@ def _defined_as(schedule: Schedule, workflow_type: str, fields: dict[str, Any]) 
                               overlap=fields["overlap"], backfill=fields["backfill"],
                               catchup_window=fields["catchup_window"], jitter=fields["jitter"],
                               start_at=fields["start_at"], end_at=fields["end_at"], queue=fields["queue"],
-                              priority=fields["priority"])
+                              priority=fields["priority"], pause_on_failure=fields["pause_on_failure"])
     removed = schedule.status == ScheduleStatus.PAUSED and schedule.note == REMOVED_NOTE
     return (schedule.from_settings and not removed and schedule.workflow_type == workflow_type
             and ScheduleSpec.of(schedule) == spec and _same_input(schedule, fields["input"]))
@@ -524,5 +533,22 @@ def _same_input(schedule: Schedule, wanted: Any) -> bool:
 
 # The model's convenience methods (``schedule.pause()``...) and the state writer's hook for runs a schedule
 # started: bound here, so that lower layers never import this module.
+def pause_after_failure(run: Workflow, now: datetime) -> None:
+    """``run`` (of a schedule) just closed, in this transaction: a schedule with ``pause_on_failure`` pauses when it
+    failed or timed out (before the next buffered occurrence would start)."""
+    if run.schedule_id is None or run.status not in (RunStatus.FAILED, RunStatus.TIMED_OUT):
+        return
+    schedule = Schedule.objects.select_for_update().filter(pk=run.schedule_id).first()
+    if schedule is None or not schedule.pause_on_failure or schedule.status != ScheduleStatus.ACTIVE:
+        return
+    schedule.status, schedule.note = ScheduleStatus.PAUSED, f"paused: run {run.pk} {run.status} (pause_on_failure)"
+    ScheduleOccurrence.objects.bulk_create([*_drop_due(schedule, now, "schedule paused after a failed run"),
+                                            *_drop_queue(schedule, now, "schedule paused after a failed run")])
+    set_next(schedule, None)
+    schedule.updated_at = now
+    schedule.save()
+
+
 Schedule.operations = sys.modules[__name__]
+transitions.on_schedule_run_closed(pause_after_failure)  # first: a paused schedule starts no buffered occurrence
 transitions.on_schedule_run_closed(drain_buffer)

@@ -12,8 +12,10 @@ from typing import Any
 from django.db import transaction
 from django.db.models import F
 
+from django_weft import signals
 from django_weft.exceptions import TransitionNotAllowed
 from django_weft.models import ActivityHeartbeat, AsyncActivity, StepAttempt, StepStatus, Timer, Workflow, WorkflowStep
+from django_weft.observability import events
 from django_weft.store import admissions, lock_retries, wakeups
 from django_weft.store.transitions import S, check_transition, locked_run, locked_with_owners
 
@@ -28,7 +30,8 @@ def suspend(run_id: Any, now: datetime, reason: str = "") -> Workflow:
             status=S.SUSPENDED, fence=F("fence") + 1, runnable_at=None, lease_owner="",
             wait_reason=(reason or "suspended by an operator")[:255], updated_at=now,
         )
-    run.refresh_from_db()
+        run.refresh_from_db()
+        events.operator_event(signals.workflow_suspended, run, reason=reason)
     return run
 
 
@@ -52,7 +55,8 @@ def resume(run_id: Any, now: datetime) -> Workflow:
             status=status, runnable_at=wake_at, wait_reason="", updated_at=now,
         )
         wakeups.runnable(run.pk, wake_at, now)
-    run.refresh_from_db()
+        run.refresh_from_db()
+        events.operator_event(signals.workflow_resumed, run)
     return run
 
 

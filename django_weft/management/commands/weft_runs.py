@@ -19,7 +19,7 @@ from django_weft.common.codec import MAX_DEPTH
 from django_weft.exceptions import WeftError
 from django_weft.management import runs_cli
 from django_weft.models import Workflow
-from django_weft.services import bulk, queues
+from django_weft.services import bulk, queues, step_controls
 from django_weft.services.client import WorkflowHandle
 from django_weft.services.pending_activities import pending_activities
 from django_weft.services.visibility import list_runs
@@ -38,6 +38,8 @@ SAMPLE_COLUMNS = ("run_id", "workflow_id", "type", "status", "created_at")
 LIST_COLUMNS = ("run_id", "workflow_id", "type", "version", "status", "created_at", "finished_at")
 JOURNAL_COLUMNS = ("seq", "kind", "name", "status", "attempt", "started_at", "finished_at")
 ATTEMPT_COLUMNS = ("seq", "attempt", "outcome", "executor", "started_at", "finished_at")
+STEP_CONTROLS = {"fire-now": "fire_timer_now", "reset-attempts": "reset_attempts", "pause-retries": "pause_retries",
+                 "unpause-retries": "unpause_retries", "set-options": "set_activity_options"}
 IN_FLIGHT_COLUMNS = ("seq", "activity", "attempt", "state", "started_at", "executor", "last_heartbeat_at",
                      "timeout_at", "next_retry_at")
 
@@ -78,6 +80,17 @@ class Command(BaseCommand):
         pause.add_argument("--reason", default="")
         resume = commands.add_parser("resume-type", help="Admit runs of a paused workflow type again.")
         resume.add_argument("workflow_type", metavar="WORKFLOW")
+        step = commands.add_parser("step", help="A step control on one run: fire-now (its timer or retry backoff), "
+                                                "reset-attempts, pause-retries, unpause-retries, set-options.")
+        step.add_argument("run_id", metavar="RUN_ID", help="A run id, or a workflow id (its latest run).")
+        step.add_argument("seq", metavar="SEQ", type=int, help="The step's position in the journal.")
+        step.add_argument("control", choices=sorted(STEP_CONTROLS))
+        step.add_argument("--max-attempts", type=int, default=None, help="set-options: the retry policy's.")
+        step.add_argument("--initial-backoff", type=float, default=None, help="set-options: seconds.")
+        step.add_argument("--backoff-multiplier", type=float, default=None, help="set-options.")
+        step.add_argument("--max-backoff", type=float, default=None, help="set-options: seconds.")
+        step.add_argument("--timeout", type=float, default=None, help="set-options: seconds per attempt.")
+        step.add_argument("--schedule-to-close-timeout", type=float, default=None, help="set-options: seconds.")
         for sub in commands.choices.values():
             sub.add_argument("--json", action="store_true", dest="as_json",
                              help="Print one JSON document (for scripts).")
@@ -192,6 +205,28 @@ class Command(BaseCommand):
             return
         self.stdout.write(f"forked run {run.run_id} from step {from_step}: new run {new.run_id} of "
                           f"{new.workflow_id!r}")
+
+    def do_step(self, *, run_id: str, seq: int, control: str, as_json: bool, timeout: float | None,
+                schedule_to_close_timeout: float | None, **options: Any) -> None:
+        run = Workflow.objects.end_of_chain(self.run_named(run_id))
+        action = STEP_CONTROLS[control]
+        given = {name: options[name] for name in step_controls.RETRY_FIELDS if options.get(name) is not None}
+        if action == "set_activity_options":
+            retry = None
+            if given:
+                declared = step_controls.declared_retry(run, seq)
+                retry = {**{name: getattr(declared, name) for name in step_controls.RETRY_FIELDS}, **given}
+            step_controls.set_activity_options(run, seq, retry=retry, timeout=timeout,
+                                               schedule_to_close_timeout=schedule_to_close_timeout,
+                                               requested_by=runs_cli.who())
+        elif given or timeout is not None or schedule_to_close_timeout is not None:
+            raise CommandError(f"{control} takes no options (they are for set-options)")
+        else:
+            step_controls.perform(run, action, seq, requested_by=runs_cli.who())
+        if as_json:
+            self.emit({"done": action, "run_id": run.run_id, "seq": seq})
+            return
+        self.stdout.write(f"{action}: step {seq} of run {run.run_id} ({run.workflow_id!r})")
 
     def do_bulk(self, action: str, options: dict[str, Any]) -> None:
         name, verb, applies = BULK[action]

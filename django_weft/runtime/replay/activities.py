@@ -64,6 +64,8 @@ class ActivityOps(Branches):
         if definition.transactional:
             return self._run_transaction(definition, args, kwargs)
         seq, step = self._next(StepKind.ACTIVITY, definition.name)
+        if step is not None and step.status == StepStatus.WAITING:
+            definition = self._with_controls(definition, seq)
         if step is not None and step.status == StepStatus.COMPLETED:
             return decode(step.result)
         if step is not None and step.status == StepStatus.FAILED:
@@ -78,6 +80,8 @@ class ActivityOps(Branches):
                 pass  # the next attempt began before a crash cut it short: it runs again
             elif timer is None or timer.purpose != TimerPurpose.RETRY_BACKOFF:
                 return self._resume_async(seq, step, definition, timer)
+            elif self._retries_paused(seq):
+                self._park(wake_at=None, reason=f"retries of {definition.name} (step {seq}) paused by an operator")
             elif timer.fire_at > clock.now():
                 self._park(wake_at=timer.fire_at,
                            reason=f"retrying {definition.name} (attempt {step.attempt + 1}) at "

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
 import functools
 import logging
 import uuid
@@ -26,6 +27,7 @@ from django_weft.models import (
     AsyncStatus,
     FailureCategory,
     RunStatus,
+    StepControl,
     StepKind,
     StepStatus,
     Timer,
@@ -33,7 +35,7 @@ from django_weft.models import (
     WorkflowStep,
 )
 from django_weft.models.instances import new_instance
-from django_weft.runtime.activities import ActivityInfo
+from django_weft.runtime.activities import ActivityDefinition, ActivityInfo, ResetRetryPolicy, RetryPolicy
 from django_weft.runtime.attempt_pool import AttemptPool
 from django_weft.runtime.errors import (
     EngineExit,
@@ -264,6 +266,34 @@ class ReplayCore:
 
     # The @weft.transaction function running now, if any (runtime.replay.transactions): it may make no durable call.
     _in_transaction = ""
+    # An operator's controls of the run's steps (models.StepControl), loaded once if the run has any.
+    _controls: dict[int, StepControl] | None = None
+
+    def _step_control(self, seq: int) -> StepControl | None:
+        if not self._claim.run.has_step_controls:
+            return None
+        if self._controls is None:
+            self._controls = {c.seq: c for c in StepControl.objects.filter(run_id=self.run_id)}
+        return self._controls.get(seq)
+
+    def _retries_paused(self, seq: int) -> bool:
+        control = self._step_control(seq)
+        return control is not None and control.retries_paused
+
+    def _with_controls(self, definition: ActivityDefinition, seq: int) -> ActivityDefinition:
+        """``definition`` as an operator changed it for step ``seq`` (its retry policy, timeouts, attempt count)."""
+        control = self._step_control(seq)
+        if control is None:
+            return definition
+        retry = dataclasses.replace(definition.retry, **control.retry) if control.retry else definition.retry
+        if control.attempts_reset_after:
+            retry = ResetRetryPolicy(**{f.name: getattr(retry, f.name) for f in dataclasses.fields(RetryPolicy)},
+                                     counted_after=control.attempts_reset_after)
+        return dataclasses.replace(
+            definition, retry=retry,
+            timeout=definition.timeout if control.timeout is None else control.timeout,
+            schedule_to_close_timeout=(definition.schedule_to_close_timeout if control.schedule_to_close_timeout
+                                       is None else control.schedule_to_close_timeout))
 
     def _refuse_in_handler(self, what: str) -> None:
         if self._in_transaction:

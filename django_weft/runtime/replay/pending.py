@@ -216,6 +216,8 @@ class ActivityBranch(Pending[T]):
     def __init__(self, ctx: Branches, seq: int, row: WorkflowStep | None, definition: ActivityDefinition,
                  args: tuple, kwargs: dict) -> None:
         super().__init__(ctx, seq, "activity", definition.name, row)
+        if row is not None and row.status == StepStatus.WAITING:
+            definition = ctx._with_controls(definition, seq)
         self.definition = definition
         self._args, self._kwargs = args, kwargs
         self._attempt = 1
@@ -332,7 +334,7 @@ class ActivityBranch(Pending[T]):
         if self._future is not None:
             self.poll_attempt()
         elif self._retry_timer is not None:
-            if self._retry_timer.fire_at <= now:
+            if self._retry_timer.fire_at <= now and not self._ctx._retries_paused(self.seq):
                 if self._retry_timer.pk is None:
                     self._ctx._commit()  # the timer's row is written before it is marked fired
                 self._fire(self._retry_timer)
@@ -471,7 +473,7 @@ class ActivityBranch(Pending[T]):
 
     def wake_at(self) -> datetime | None:
         if self._retry_timer is not None:
-            return self._retry_timer.fire_at
+            return None if self._ctx._retries_paused(self.seq) else self._retry_timer.fire_at
         if self._due and self._slot.waiting:
             return self._slot.retry_at
         return self._close_timer.fire_at if self._close_timer is not None else None
@@ -479,6 +481,8 @@ class ActivityBranch(Pending[T]):
     def reason(self) -> str:
         if self._due and self._slot.waiting:
             return slot_reason(self.definition, self._slot.retry_at)
+        if self._retry_timer is not None and self._ctx._retries_paused(self.seq):
+            return f"retries of {self._name} (step {self.seq}) paused by an operator"
         if self._retry_timer is not None:
             return f"retrying {self._name} (attempt {self._attempt}) at {self._retry_timer.fire_at.isoformat()}"
         return f"waiting for async activity {self._name} (attempt {self._attempt}) to be completed"

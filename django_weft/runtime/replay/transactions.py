@@ -33,6 +33,8 @@ class TransactionOps(AttemptOps):
 
     def _run_transaction(self, definition: ActivityDefinition, args: tuple, kwargs: dict) -> Any:
         seq, step = self._next(definition.step_kind, definition.name)
+        if step is not None and step.status == StepStatus.WAITING:
+            definition = self._with_controls(definition, seq)
         if step is not None and step.status == StepStatus.COMPLETED:
             return decode(step.result)
         if step is not None and step.status == StepStatus.FAILED:
@@ -43,6 +45,8 @@ class TransactionOps(AttemptOps):
         if step is not None:  # waiting out a retry backoff (a business error its policy retries)
             timer = self._timers.get(seq)
             if timer is not None and timer.purpose == TimerPurpose.RETRY_BACKOFF:
+                if self._retries_paused(seq):
+                    self._park(wake_at=None, reason=f"retries of {definition.name} (step {seq}) paused by an operator")
                 if timer.fire_at > clock.now():
                     self._park(wake_at=timer.fire_at,
                                reason=f"retrying transaction {definition.name} (attempt {step.attempt + 1}) at "
