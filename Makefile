@@ -18,11 +18,11 @@ endif
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[postgres,celery,api,metrics,tracing]" --group dev
+	$(PY) -m pip install --quiet -e ".[postgres,celery,api,metrics,tracing,encryption]" --group dev
 	touch $@
 
 $(VENV)/.installed-mysql: $(VENV)/.installed
-	$(PY) -m pip install --quiet -e ".[postgres,celery,api,metrics,tracing,mysql]" --group dev
+	$(PY) -m pip install --quiet -e ".[postgres,celery,api,metrics,tracing,encryption,mysql]" --group dev
 	touch $@
 
 demo: $(VENV)/.installed

@@ -214,3 +214,16 @@ def check_queues(app_configs: Any = None, **kwargs: Any) -> list:
 
     return [Error(message, hint='e.g. WEFT_QUEUES = {"emails": {"concurrency": 20, "rate": "100/m"}}',
                   id="weft.E008") for message in configuration_errors()]
+
+
+@register(Tags.compatibility)
+def check_payload_codec(app_configs: Any = None, **kwargs: Any) -> list:
+    from django_weft.common import payload_crypto
+    from django_weft.conf import weft_settings
+    from django_weft.exceptions import ConfigurationError
+
+    try:
+        payload_crypto.check(weft_settings.PAYLOAD_CODEC)
+    except ConfigurationError as exc:
+        return [Error(str(exc), id="weft.E009")]
+    return []

@@ -18,6 +18,9 @@ from django.core.signals import setting_changed
 DEFAULTS: dict[str, Any] = {
     # Largest encoded payload (input, result, activity result) in bytes.
     "MAX_PAYLOAD_BYTES": 1024 * 1024,
+    # Payloads encrypted at rest (common.payload_crypto): {"keys": {key id: base64 of 32 bytes, ...}, "current": key
+    # id}; None stores them as they are.
+    "PAYLOAD_CODEC": None,
     # How long a claim on a run lasts without renewal; a dead executor's runs wait this long.
     "LEASE_SECONDS": 30.0,
     # How often a worker renews the leases of the runs it holds.

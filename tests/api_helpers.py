@@ -19,7 +19,7 @@ from django_weft.services import api_keys
 
 BASE = "/weft/api/"
 EVERY_PERMISSION = ("add_workflow", "view_workflow", "change_workflow", "delete_workflow", "cancel_workflow",
-                    "signal_workflow", "retry_workflow", "suspend_workflow", "purge_workflow")
+                    "signal_workflow", "retry_workflow", "suspend_workflow", "purge_workflow", "view_payloads")
 
 
 class Api:

@@ -35,13 +35,13 @@ def user_with(client, *codenames, username="operator"):
 
 @pytest.fixture
 def viewer(client):
-    user_with(client, "view_workflow", username="viewer")
+    user_with(client, "view_workflow", "view_payloads", username="viewer")
     return client
 
 
 @pytest.fixture
 def operator(client):
-    user_with(client, "view_workflow", "signal_workflow")
+    user_with(client, "view_workflow", "signal_workflow", "view_payloads")
     return client
 
 

@@ -23,7 +23,7 @@ def moment(text):
 def near(text, expected):
     return abs(moment(text) - expected) < dt.timedelta(milliseconds=1)
 
-ALL = ("view_schedule", "add_schedule", "change_schedule", "delete_schedule")
+ALL = ("view_schedule", "add_schedule", "change_schedule", "delete_schedule", "django_weft.view_payloads")
 HOURLY = {"schedule_id": "hourly", "workflow": "test.collect", "input": 1, "cron": "0 * * * *", "timezone": "UTC"}
 
 

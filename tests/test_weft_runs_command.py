@@ -90,7 +90,11 @@ def test_created_filters_take_iso_moments():
         run_command("list", "--created-after", "yesterday")
 
 
-def test_show_prints_the_run_and_its_journal():
+def test_show_prints_the_run_and_its_journal(monkeypatch):
+    from django.contrib.auth import get_user_model
+
+    get_user_model().objects.create_superuser("ops", "ops@example.com", "pw")
+    monkeypatch.setenv("WEFT_CLI_USER", "ops")  # who may see payloads (without one they are hidden)
     handle = weft.start("test.steps", {"count": 2, "key": "show"}, workflow_id="order-7")
     weft.run_maintenance()
     data = as_json("show", str(handle.run_id))

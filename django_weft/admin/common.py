@@ -29,7 +29,7 @@ from django.utils.text import capfirst
 from django.utils.translation import gettext as _t
 from django.utils.translation import ngettext
 
-from django_weft.common import clock
+from django_weft.common import clock, privacy
 from django_weft.common.codec import CONTAINERS, MAX_DEPTH, decode, nests_deeper_than
 from django_weft.exceptions import WeftError
 
@@ -51,6 +51,8 @@ MAX_INLINE_ROWS = 1000
 
 
 def pretty(data: bytes | memoryview | None) -> str:
+    if not privacy.visible():
+        return privacy.HIDDEN  # the user lacks django_weft.view_payloads
     try:
         value = decode(data)
     except Exception as exc:  # a payload this version cannot read is shown, not fatal
@@ -84,6 +86,8 @@ def _clipped(value: Any, levels: int) -> Any:
 
 def pretty_value(value: object) -> str:
     """A decoded value as text (plain text: render it escaped, e.g. with :func:`pre`)."""
+    if not privacy.visible():
+        return privacy.HIDDEN
     if nests_deeper_than(value, MAX_DEPTH):
         value = _clipped(value, MAX_DEPTH)
     return pprint.pformat(value, width=100, sort_dicts=False)
@@ -173,6 +177,31 @@ class BoundedInlineFormSet(BaseInlineFormSet):
         if not hasattr(self, "_bounded_queryset"):
             self._bounded_queryset = super().get_queryset()[:MAX_INLINE_ROWS]
         return self._bounded_queryset
+
+
+def may_view_payloads(request: HttpRequest) -> bool:
+    return request.user.has_perm(f"django_weft.{privacy.PERMISSION}")
+
+
+class PayloadPrivacyMixin:
+    """Every page of the model admin shows payloads only to users with django_weft.view_payloads (others see
+    "hidden"): set for the whole view, which renders its inlines, panels and forms within it."""
+
+    def changeform_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+        with privacy.payloads(may_view_payloads(request)):
+            response = super().changeform_view(request, *args, **kwargs)  # type: ignore[misc]
+            return _rendered(response)
+
+    def changelist_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+        with privacy.payloads(may_view_payloads(request)):
+            return _rendered(super().changelist_view(request, *args, **kwargs))  # type: ignore[misc]
+
+
+def _rendered(response: Any) -> Any:
+    """A TemplateResponse renders after the view returns, outside the block: render it inside."""
+    if hasattr(response, "render") and not getattr(response, "is_rendered", True):
+        response.render()
+    return response
 
 
 class ReadOnlyInline(ReadOnlyMixin, admin.TabularInline):

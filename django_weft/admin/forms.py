@@ -16,6 +16,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 
+from django_weft.common import privacy
 from django_weft.common.codec import MAX_DEPTH, decode, encode, nests_deeper_than
 from django_weft.common.occurrences import check_cron, parse_zone
 from django_weft.common.queues import configured as configured_queues
@@ -216,7 +217,10 @@ class ScheduleForm(forms.ModelForm):
                 label=_("queue"), required=False,
                 choices=[("", _("the workflow's own")), *((n, n) for n in sorted(queue_names))])
         self.input_editable = "input_json" in self.fields  # not when the admin shows the schedule read-only
-        if instance.pk and self.input_editable:
+        if instance.pk and self.input_editable and not privacy.visible():
+            self.input_editable = False  # the user may not see it (django_weft.view_payloads), nor replace it
+            self.initial["input_json"] = privacy.HIDDEN
+        elif instance.pk and self.input_editable:
             try:
                 value = decode(instance.input)
                 json.dumps(value, cls=DjangoJSONEncoder)

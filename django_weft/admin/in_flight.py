@@ -7,6 +7,7 @@ from typing import Any
 
 from django.utils.translation import gettext_lazy as _
 
+from django_weft.common import privacy
 from django_weft.models import Workflow
 from django_weft.services.pending_activities import (
     RETRIES_PAUSED,
@@ -43,8 +44,9 @@ def in_flight_rows(run: Workflow, control_url: str = "") -> list[dict[str, Any]]
     for item in pending_activities(run):
         row = item.as_dict()
         row["state_label"] = STATE_LABELS.get(item.state, item.state)
-        row["details_text"] = "" if item.heartbeat_details is None else json.dumps(
-            item.heartbeat_details, indent=2, ensure_ascii=False, default=str)
+        details = item.heartbeat_details
+        row["details_text"] = "" if details is None else privacy.shown_value(
+            json.dumps(details, indent=2, ensure_ascii=False, default=str) if privacy.visible() else "")
         row["error_text"] = (f"{item.last_error.get('type')}: {item.last_error.get('message')}"
                              if item.last_error else "")
         row["controls"] = [{"label": label, "url": f"{control_url}?seq={item.seq}&control={name}"}

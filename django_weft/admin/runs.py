@@ -22,6 +22,7 @@ from django_weft.admin.common import (
     BoundedPaginator,
     Operation,
     OperationsMixin,
+    PayloadPrivacyMixin,
     ReadOnlyMixin,
     badge,
     pre,
@@ -141,7 +142,7 @@ RUN_OPERATIONS = {
 
 
 @admin.register(Workflow)
-class WorkflowAdmin(OperationsMixin, ReadOnlyMixin, admin.ModelAdmin):
+class WorkflowAdmin(PayloadPrivacyMixin, OperationsMixin, ReadOnlyMixin, admin.ModelAdmin):
     operations = RUN_OPERATIONS
     list_display = ("workflow_id", "workflow_type", "version", "status_badge", "started_at", "updated_at",
                     "duration", "schedule_link")

@@ -14,7 +14,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext as _t
 from django.utils.translation import gettext_lazy as _
 
-from django_weft.admin.common import Operation, OperationsMixin, badge, pre, pretty
+from django_weft.admin.common import Operation, OperationsMixin, PayloadPrivacyMixin, badge, pre, pretty
 from django_weft.admin.describe import describe_cron, describe_interval
 from django_weft.admin.forms import SETTINGS_NOTE, ScheduleForm, defined_in_settings
 from django_weft.exceptions import WeftError
@@ -91,7 +91,7 @@ SCHEDULE_OPERATIONS = {
 
 
 @admin.register(Schedule)
-class ScheduleAdmin(OperationsMixin, admin.ModelAdmin):
+class ScheduleAdmin(PayloadPrivacyMixin, OperationsMixin, admin.ModelAdmin):
     operations = SCHEDULE_OPERATIONS
     form = ScheduleForm
     list_display = ("schedule_id", "workflow_type", "spec", "timezone", "status_badge", "next_fire_at",

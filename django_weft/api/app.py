@@ -14,6 +14,7 @@ from ninja.parser import Parser
 from django_weft import __version__
 from django_weft.api import bulk, errors, published, queues, runs, schedules, step_controls, waits, webhooks
 from django_weft.api.auth import AUTH
+from django_weft.common import privacy
 from django_weft.common.codec import MAX_DEPTH
 from django_weft.conf import weft_settings
 from django_weft.exceptions import PayloadTooDeep
@@ -56,7 +57,11 @@ def _bounded(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
         if declared > limit or len(request.body) > limit:
             return errors.error_response(api, request, 413, "request_too_large",
                                          f"the request body is over WEFT_MAX_REQUEST_BYTES ({limit} bytes)")
-        return view(request, *args, **kwargs)
+        token = privacy.remember()  # a route sets what its answer may show (auth.require): for this request only
+        try:
+            return view(request, *args, **kwargs)
+        finally:
+            privacy.restore(token)
 
     return bounded
 

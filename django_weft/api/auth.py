@@ -15,6 +15,7 @@ from ninja.errors import AuthenticationError
 from ninja.security import HttpBearer, SessionAuth
 
 from django_weft.api.errors import ApiError
+from django_weft.common import privacy
 from django_weft.models import ApiKey
 from django_weft.services import api_keys
 
@@ -72,6 +73,8 @@ def require(request: HttpRequest, codename: str) -> None:
     """Refuse with 403 unless the caller holds ``django_weft.<codename>``."""
     if not permitted(request, codename):
         raise ApiError(403, "forbidden", f"this operation needs the permission {APP}.{codename}")
+    # What the answer may show (a stream's events are sent after the view returns: set, not scoped).
+    privacy.set_for_this_request(permitted(request, privacy.PERMISSION))
 
 
 def caller(request: HttpRequest) -> str:

@@ -19,8 +19,8 @@ from pydantic import Field
 
 from django_weft.api.auth import require
 from django_weft.api.errors import ApiError
-from django_weft.api.schemas import ERRORS, ErrorOut, EventKey, StreamKey, WorkflowId, as_json
-from django_weft.common.codec import decode
+from django_weft.api.schemas import ERRORS, ErrorOut, EventKey, StreamKey, WorkflowId, payload, payload_value
+from django_weft.common import privacy
 from django_weft.conf import weft_settings
 from django_weft.services import client, published
 
@@ -60,7 +60,7 @@ def _seconds(wait: float) -> float:
 def list_events(request: HttpRequest, workflow_id: WorkflowId) -> dict[str, Any]:
     require(request, "view_workflow")
     values = client.get_handle(workflow_id).events()
-    return {"events": {key: as_json(value) for key, value in values.items()}}
+    return {"events": {key: payload_value(value) for key, value in values.items()}}
 
 
 @router.get("runs/{workflow_id}/events/{key}", url_name="run_event",
@@ -76,7 +76,7 @@ def get_event(request: HttpRequest, workflow_id: WorkflowId, key: EventKey, para
             raise ApiError(404, "event_not_set", f"run {handle.run_id} of {workflow_id!r} ended without setting "
                                                  f"event {key!r}")
         raise ApiError(408, "timeout", f"event {key!r} of {workflow_id!r} is not set yet")
-    return {"key": key, "value": as_json(decode(row.value))}
+    return {"key": key, "value": payload(row.value)}
 
 
 STREAM_DOC = {
@@ -105,19 +105,27 @@ def read_stream(request: HttpRequest, workflow_id: WorkflowId, key: StreamKey,
         start = int(resumed) + 1
     handle = client.get_handle(workflow_id)
     published.Chain(handle.run_id)  # 404 now, not inside the stream
-    response = StreamingHttpResponse(_events(handle.run_id, key, start), content_type="text/event-stream")
+    # The events are sent after this view returns: they carry what this caller may see with them.
+    events = _events(handle.run_id, key, start, privacy.visible())
+    response = StreamingHttpResponse(events, content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"  # nginx: pass each event on as it comes
     return response
 
 
-def _events(run_id: Any, key: str, start: int) -> Iterator[str]:
+def _events(run_id: Any, key: str, start: int, visible: bool) -> Iterator[str]:
+    with privacy.payloads(visible):
+        yield from _events_shown(run_id, key, start)
+
+
+def _events_shown(run_id: Any, key: str, start: int) -> Iterator[str]:
     ends_at = time.monotonic() + STREAM_SECONDS
     yield f"retry: 1000\n: stream {key} from {start}\n\n"
     while time.monotonic() < ends_at:
         try:
             for index, value in published.read_stream_entries(run_id, key, start, timeout=KEEPALIVE_SECONDS):
-                yield f"id: {index}\nevent: value\ndata: {json.dumps(as_json(value), separators=(',', ':'))}\n\n"
+                data = json.dumps(payload_value(value), separators=(",", ":"))
+                yield f"id: {index}\nevent: value\ndata: {data}\n\n"
                 start = index + 1
                 if time.monotonic() >= ends_at:
                     return  # the client reconnects and resumes from the last id

@@ -35,6 +35,7 @@ from django_weft.api.schemas import (
     StepPage,
     WorkflowId,
     as_json,
+    payload_value,
     run_out,
     step_out,
 )
@@ -130,7 +131,8 @@ def get_run(request: HttpRequest, workflow_id: WorkflowId) -> dict[str, Any]:
 def pending(request: HttpRequest, workflow_id: WorkflowId) -> dict[str, Any]:
     require(request, "view_workflow")
     items = client.get_handle(workflow_id).pending_activities()
-    return {"pending_activities": [{**item.as_dict(), "heartbeat_details": as_json(item.heartbeat_details)}
+    return {"pending_activities": [{**item.as_dict(), "heartbeat_details": payload_value(item.heartbeat_details)
+                                    if item.heartbeat_details is not None else None}
                                    for item in items]}
 
 

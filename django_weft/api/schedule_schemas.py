@@ -12,8 +12,7 @@ from typing import Any, Literal
 from ninja import Schema
 from pydantic import Field
 
-from django_weft.api.schemas import Body, as_json
-from django_weft.common.codec import decode
+from django_weft.api.schemas import Body, payload
 from django_weft.models import Schedule
 
 Overlap = Literal["skip", "buffer_one", "buffer_all", "cancel_other", "allow_all"]
@@ -115,7 +114,7 @@ def _seconds(value: dt.timedelta | None) -> float | None:
 def schedule_out(schedule: Schedule, *, in_settings: bool) -> dict[str, Any]:
     return {
         "schedule_id": schedule.schedule_id, "workflow": schedule.workflow_type,
-        "input": as_json(decode(schedule.input)) if schedule.input is not None else None,
+        "input": payload(schedule.input),
         "cron": schedule.cron or None, "every": _seconds(schedule.every), "timezone": schedule.timezone,
         "overlap": schedule.overlap, "backfill": schedule.backfill_missed,
         "catchup_window": _seconds(schedule.catchup_window), "jitter": _seconds(schedule.jitter),

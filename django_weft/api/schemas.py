@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 from ninja import Path, Schema
 from pydantic import ConfigDict, Field, model_validator
 
+from django_weft.common import privacy
 from django_weft.common.codec import CONTAINERS, MAX_DEPTH, decode
 from django_weft.models import StepAttempt, Workflow, WorkflowStep
 
@@ -281,12 +282,23 @@ def as_json(value: Any, depth: int = 0) -> Any:
     return str(value)
 
 
+def payload(data: bytes | memoryview | None) -> Any:
+    """A stored payload as JSON, or "hidden" for a caller without django_weft.view_payloads (None stays None)."""
+    if data is None:
+        return None
+    return privacy.shown(lambda: as_json(decode(data)))
+
+
+def payload_value(value: Any) -> Any:
+    """A decoded payload (a query's answer, heartbeat details) as JSON, or "hidden"."""
+    return privacy.shown(lambda: as_json(value))
+
+
 def run_out(run: Workflow) -> dict[str, Any]:
     return {
         "workflow_id": run.workflow_id, "run_id": run.run_id, "workflow_type": run.workflow_type,
         "version": run.version, "status": run.status,
-        "result": as_json(decode(run.result)) if run.result is not None else None,
-        "error": run.error, "failure_category": run.failure_category,
+        "result": payload(run.result), "error": run.error, "failure_category": run.failure_category,
         "termination_reason": run.termination_reason, "wait_reason": run.wait_reason,
         "cancel_requested_at": run.cancel_requested_at,
         "queue": run.queue, "concurrency_key": run.concurrency_key, "priority": run.priority,
@@ -301,7 +313,7 @@ def step_out(step: WorkflowStep, attempts: list[StepAttempt]) -> dict[str, Any]:
     return {
         "seq": step.seq, "kind": step.kind, "name": step.name, "status": step.status, "attempt": step.attempt,
         "failure_category": step.failure_category, "started_at": step.started_at, "finished_at": step.finished_at,
-        "result": as_json(decode(step.result)) if step.result is not None else None, "error": step.error,
+        "result": payload(step.result), "error": step.error,
         "attempts": [{"attempt": a.attempt, "outcome": a.outcome, "executor": a.executor, "started_at": a.started_at,
                       "finished_at": a.finished_at, "error": a.error} for a in attempts],
     }

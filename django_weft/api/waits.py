@@ -27,7 +27,7 @@ from django_weft.api.schemas import (
     UpdateId,
     UpdateName,
     WorkflowId,
-    as_json,
+    payload_value,
     run_out,
 )
 from django_weft.common.storable import check_text
@@ -96,7 +96,7 @@ def query(request: HttpRequest, workflow_id: WorkflowId, name: QueryName,
           body: QueryIn | None = None) -> dict[str, Any]:
     require(request, "view_workflow")
     answer = client.get_handle(workflow_id).query(name, *(body.args if body else []))
-    return {"result": as_json(answer)}
+    return {"result": payload_value(answer)}
 
 
 @router.post("runs/{workflow_id}/updates/{name}", url_name="run_update",
@@ -132,5 +132,5 @@ def _reply(sent: UpdateHandle, workflow_id: str, timeout: float) -> dict[str, An
         value = sent.result(_seconds(timeout))
     except TimeoutError as exc:
         raise ApiError(408, "timeout", str(exc), {"update_id": sent.update_id}) from None
-    return {"update_id": sent.update_id, "name": sent.name, "result": as_json(value)}
+    return {"update_id": sent.update_id, "name": sent.name, "result": payload_value(value)}
 

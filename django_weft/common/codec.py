@@ -17,6 +17,7 @@ from typing import Any, cast
 
 import msgpack
 
+from django_weft.common import payload_crypto
 from django_weft.conf import weft_settings
 from django_weft.exceptions import PayloadNotSerializable, PayloadTooDeep, PayloadTooLarge
 
@@ -172,10 +173,10 @@ def encode(value: Any, *, what: str = "payload") -> bytes:
             f"{what} is {len(data)} bytes encoded, over WEFT_MAX_PAYLOAD_BYTES={limit}; store large data "
             "elsewhere and pass a reference"
         )
-    return data
+    return payload_crypto.seal(data)  # as it is, unless WEFT_PAYLOAD_CODEC encrypts payloads at rest
 
 
 def decode(data: bytes | memoryview | None) -> Any:
     if data is None:
         return None
-    return _unpack(bytes(data))
+    return _unpack(payload_crypto.unseal(bytes(data)))

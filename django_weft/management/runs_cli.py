@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import getpass
 import json
+import os
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from django.core.management.base import OutputWrapper
+from django.core.management.base import CommandError, OutputWrapper
 
+from django_weft.common import privacy
 from django_weft.common.codec import decode
 from django_weft.models import FailureCategory, RunStatus, StepAttempt, Workflow, WorkflowStep
 from django_weft.services import bulk, visibility_text
@@ -91,10 +93,26 @@ def _default(value: Any) -> Any:
 def _decoded(data: Any) -> Any:
     if data is None:
         return None
+    if not privacy.visible():
+        return privacy.HIDDEN
     try:
         return decode(data)
     except Exception as exc:  # a payload this version cannot read is shown, not fatal
         return f"<undecodable payload: {exc}>"
+
+
+def payloads_for(username: str | None) -> bool:
+    """Whether payloads are shown: to a Django user holding django_weft.view_payloads (``--user``, or the
+    WEFT_CLI_USER environment variable), and to no one else."""
+    name = username or os.environ.get("WEFT_CLI_USER") or ""
+    if not name:
+        return False
+    from django.contrib.auth import get_user_model
+
+    user = get_user_model().objects.filter(**{get_user_model().USERNAME_FIELD: name}, is_active=True).first()
+    if user is None:
+        raise CommandError(f"no active user {name!r} (--user / WEFT_CLI_USER)")
+    return user.has_perm(f"django_weft.{privacy.PERMISSION}")
 
 
 def summary(run: Workflow) -> dict[str, Any]:

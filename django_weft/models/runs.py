@@ -125,6 +125,8 @@ class Workflow(models.Model):
             ("suspend_workflow", "Can suspend and resume workflow runs"),
             ("purge_workflow", "Can purge finished workflow runs"),
             ("signal_workflow", "Can signal workflow runs and complete their async activities"),
+            ("view_payloads", "Can see payloads: inputs, results, signal and update payloads, query answers, events "
+                              "and streams, heartbeat details"),
         ]
         constraints = [
             models.UniqueConstraint(fields=["open_workflow_id"], name="weft_one_open_run_per_workflow_id"),

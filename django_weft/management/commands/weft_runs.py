@@ -15,6 +15,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from django_weft.common import privacy
 from django_weft.common.codec import MAX_DEPTH
 from django_weft.exceptions import WeftError
 from django_weft.management import runs_cli
@@ -94,13 +95,17 @@ class Command(BaseCommand):
         for sub in commands.choices.values():
             sub.add_argument("--json", action="store_true", dest="as_json",
                              help="Print one JSON document (for scripts).")
+            sub.add_argument("--user", default=None, dest="cli_user",
+                             help="Show payloads (inputs, results, heartbeat details) if this Django user holds "
+                                  "django_weft.view_payloads (default: WEFT_CLI_USER; without one they are hidden).")
 
-    def handle(self, *args: Any, action: str, **options: Any) -> None:
+    def handle(self, *args: Any, action: str, cli_user: str | None = None, **options: Any) -> None:
         try:
-            if action in BULK:
-                self.do_bulk(action, options)
-            else:
-                getattr(self, f"do_{action.replace('-', '_')}")(**options)
+            with privacy.payloads(runs_cli.payloads_for(cli_user)):
+                if action in BULK:
+                    self.do_bulk(action, options)
+                else:
+                    getattr(self, f"do_{action.replace('-', '_')}")(**options)
         except WeftError as exc:
             raise CommandError(str(exc)) from None
 
@@ -150,7 +155,8 @@ class Command(BaseCommand):
     def do_show(self, *, run_id: str, as_json: bool, **options: Any) -> None:
         run = self.run_named(run_id)
         data, steps, attempts = runs_cli.detail(run), runs_cli.journal(run), runs_cli.attempts(run)
-        in_flight = [item.as_dict() for item in pending_activities(run)]
+        in_flight = [{**item.as_dict(), "heartbeat_details": privacy.shown_value(item.heartbeat_details)
+                      if item.heartbeat_details is not None else None} for item in pending_activities(run)]
         if as_json:
             self.emit({"run": data, "pending_activities": in_flight, "journal": steps, "attempts": attempts})
             return
@@ -162,8 +168,8 @@ class Command(BaseCommand):
             self.stdout.write(runs_cli.table(in_flight, IN_FLIGHT_COLUMNS))
             for row in in_flight:
                 if row["heartbeat_details"] is not None:
-                    self.stdout.write(f"    step {row['seq']} heartbeat details: "
-                                      f"{runs_cli.to_json(row['heartbeat_details'], compact=True)}")
+                    details = runs_cli.to_json(row["heartbeat_details"], compact=True)  # "hidden" when hidden
+                    self.stdout.write(f"    step {row['seq']} heartbeat details: {details}")
                 if row["last_error"]:
                     self.stdout.write(f"    step {row['seq']} last error: {runs_cli.error_text(row['last_error'])}")
         self.stdout.write(f"\njournal ({len(steps)} step(s)):")
