@@ -4,6 +4,7 @@ signal permission)."""
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import timedelta
 
@@ -112,15 +113,15 @@ def test_a_query_answers_and_writes_nothing(staff_client, weft_env):
     before = snapshot(handle.run_id)
     with CaptureQueriesContext(connection) as queries:
         asked, panel = ask(staff_client, handle.run_id, "items", "[]")
-    assert asked == {"name": "items", "args": "[]", "answer": "['A1', 'B2']"}
-    assert "<pre class=\"weft-query-answer\">[&#x27;A1&#x27;, &#x27;B2&#x27;]</pre>" in panel
+    assert asked == {"name": "items", "args": "[]", "answer": json.dumps(["A1", "B2"], indent=2)}
+    assert '<pre class="weft-query-answer">[\n  &quot;A1&quot;,\n  &quot;B2&quot;\n]</pre>' in panel  # JSON, not repr
     assert snapshot(handle.run_id) == before
     writes = [q["sql"] for q in queries.captured_queries
               if q["sql"].lstrip().upper().startswith(("INSERT", "UPDATE", "DELETE"))]
     assert writes == []
     # No arguments at all is the same as [].
     asked, _panel = ask(staff_client, handle.run_id, "items")
-    assert asked["answer"] == "['A1', 'B2']"
+    assert json.loads(asked["answer"]) == ["A1", "B2"]
 
 
 def test_a_query_with_arguments_and_the_messages_of_failing_ones(staff_client, weft_env):
@@ -130,7 +131,7 @@ def test_a_query_with_arguments_and_the_messages_of_failing_ones(staff_client, w
     page = staff_client.get(run_url(handle.run_id))
     assert [q["name"] for q in page.context["weft_talk"]["queries"]] == [
         "broken", "has", "items", "total", "unencodable"]
-    assert ask(staff_client, handle.run_id, "has", '["A1"]')[0]["answer"] == "True"
+    assert ask(staff_client, handle.run_id, "has", '["A1"]')[0]["answer"] == "true"
     assert ask(staff_client, handle.run_id, "total", "")[0]["answer"] == "3"
     asked, panel = ask(staff_client, handle.run_id, "broken", "[]")
     assert "raised ZeroDivisionError: division by zero" in asked["error"] and "weft-query-error" in panel
@@ -153,7 +154,7 @@ def test_queries_and_their_arguments_are_escaped(staff_client, weft_env):
     weft_env.drive()
     handle.update("bump", SCRIPT)
     asked, panel = ask(staff_client, handle.run_id, "seen", "[]")
-    assert asked["answer"] == repr([SCRIPT])
+    assert json.loads(asked["answer"]) == [SCRIPT]
     assert SCRIPT not in panel and ESCAPED in panel
     asked, panel = ask(staff_client, handle.run_id, SCRIPT, f'["{SCRIPT}"]')
     assert "no query handler" in asked["error"]
@@ -173,7 +174,7 @@ def test_a_finished_run_answers_queries_and_takes_no_updates(staff_client, weft_
     body = page.content.decode()
     assert run_url(handle.run_id, "update") not in body  # no button, no links from the handler names
     assert [u["url"] for u in page.context["weft_talk"]["updates"]] == ["", "", ""]
-    assert ask(staff_client, handle.run_id, "items")[0]["answer"] == "['A1', 'B2', 'C3']"
+    assert json.loads(ask(staff_client, handle.run_id, "items")[0]["answer"]) == ["A1", "B2", "C3"]
     page = staff_client.post(run_url(handle.run_id, "update"), {"name": "clear", "payload": ""})
     assert page.status_code == 200 and "completed" in " ".join(page.context["form"].non_field_errors())
     assert WorkflowUpdate.objects.filter(run_id=handle.run_id).count() == 3
@@ -221,7 +222,7 @@ def test_a_view_only_user_can_query_but_not_send_updates(viewer, weft_env):
     assert [u["url"] for u in page.context["weft_talk"]["updates"]] == ["", "", ""]
     assert "add_item" in body  # the updates inline is visible
     asked, _panel = ask(viewer, handle.run_id, "items")
-    assert asked["answer"] == "['A1']"
+    assert json.loads(asked["answer"]) == ["A1"]
     before = snapshot(handle.run_id)
     assert viewer.get(run_url(handle.run_id, "update")).status_code == 403
     assert viewer.post(run_url(handle.run_id, "update"), {"name": "clear"}).status_code == 403
@@ -270,9 +271,9 @@ def test_the_update_form_stores_an_update_that_the_run_then_applies(operator, we
     update.refresh_from_db()
     assert update.status == UpdateStatus.COMPLETED and update.decoded_result == 1 and update.applied_seq
     row = updates_inline(operator.get(run_url(handle.run_id)).content.decode())
-    assert "weft-completed" in row and "u-1" in row and "&#x27;A1&#x27;" in row
+    assert "weft-completed" in row and "u-1" in row and "&quot;A1&quot;" in row
     assert f">{update.applied_seq}<" in row
-    assert ask(operator, handle.run_id, "items")[0]["answer"] == "['A1']"
+    assert json.loads(ask(operator, handle.run_id, "items")[0]["answer"]) == ["A1"]
     # A payload-less update: the handler is called with nothing; its id is made up.
     page = operator.post(run_url(handle.run_id, "update"), {"name": "clear", "payload": ""}, follow=True)
     made = WorkflowUpdate.objects.get(run_id=handle.run_id, name="clear")

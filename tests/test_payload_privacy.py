@@ -135,3 +135,19 @@ def test_the_permission_can_be_given_to_an_api_key():
 
     record, _key = api_keys.create("reader", ["django_weft.view_workflow", "django_weft.view_payloads"])
     assert "django_weft.view_payloads" in record.permissions
+
+
+def test_payloads_are_shown_as_json_the_api_would_accept(weft_env, staff_client):
+    import datetime as dt
+    from decimal import Decimal
+
+    handle = weft.start("privacy.carries", "x", workflow_id="json-shown")
+    weft_env.drive()
+    handle.signal("go", {"amount": Decimal("150.00"), "at": dt.datetime(2026, 12, 5, 8, 0, tzinfo=dt.UTC),
+                         "ok": True, "none": None})
+    weft_env.drive()
+    page = staff_client.get(reverse("admin:django_weft_workflow_change", args=[handle.run_id])).content.decode()
+    signals = page.split('id="signals-group"', 1)[1].split("</fieldset>", 1)[0]
+    assert "&quot;amount&quot;: &quot;150.00&quot;" in signals and "&quot;ok&quot;: true" in signals
+    assert "&quot;none&quot;: null" in signals and "2026-12-05T08:00:00+00:00" in signals
+    assert "Decimal(" not in signals and "datetime.datetime(" not in signals  # never Python's repr

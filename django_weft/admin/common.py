@@ -8,7 +8,7 @@ page, permission check, outcome message and ``LogEntry``.
 
 from __future__ import annotations
 
-import pprint
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -30,7 +30,8 @@ from django.utils.translation import gettext as _t
 from django.utils.translation import ngettext
 
 from django_weft.common import clock, privacy
-from django_weft.common.codec import CONTAINERS, MAX_DEPTH, decode, nests_deeper_than
+from django_weft.common.codec import decode
+from django_weft.common.jsonable import as_json
 from django_weft.exceptions import WeftError
 
 if TYPE_CHECKING:
@@ -60,37 +61,12 @@ def pretty(data: bytes | memoryview | None) -> str:
     return pretty_value(value)
 
 
-class _Deeper:
-    """Stands for a container nested deeper than MAX_DEPTH (stored before the limit was enforced)."""
-
-    def __repr__(self) -> str:
-        return f"…(nested deeper than {MAX_DEPTH} levels: not shown)"
-
-
-def _clipped(value: Any, levels: int) -> Any:
-    """``value`` with what is nested more than ``levels`` deep replaced by a :class:`_Deeper` (pprint recurses a few
-    frames a level: a deep value would raise RecursionError)."""
-    if not isinstance(value, CONTAINERS):
-        return value
-    if levels == 0:
-        return _Deeper()
-    if isinstance(value, dict):
-        return {key: _clipped(item, levels - 1) for key, item in value.items()}
-    items = [_clipped(item, levels - 1) for item in value]
-    if isinstance(value, list):
-        return items
-    if isinstance(value, tuple):
-        return tuple(items)
-    return set(items) if isinstance(value, set) else frozenset(items)
-
-
 def pretty_value(value: object) -> str:
-    """A decoded value as text (plain text: render it escaped, e.g. with :func:`pre`)."""
+    """A decoded value as JSON text, indented: the text the API answers and accepts, never Python's repr (plain
+    text: render it escaped, e.g. with :func:`pre`). A value nested deeper than MAX_DEPTH is shown cut there."""
     if not privacy.visible():
         return privacy.HIDDEN
-    if nests_deeper_than(value, MAX_DEPTH):
-        value = _clipped(value, MAX_DEPTH)
-    return pprint.pformat(value, width=100, sort_dicts=False)
+    return json.dumps(as_json(value), indent=2, ensure_ascii=False)
 
 
 def preview(data: bytes | memoryview | None) -> str:

@@ -5,18 +5,16 @@ writes it."""
 
 from __future__ import annotations
 
-import base64
 import datetime as dt
-import math
 import uuid
-from decimal import Decimal
 from typing import Annotated, Any, Literal
 
 from ninja import Path, Schema
 from pydantic import ConfigDict, Field, model_validator
 
 from django_weft.common import privacy
-from django_weft.common.codec import CONTAINERS, MAX_DEPTH, decode
+from django_weft.common.codec import decode
+from django_weft.common.jsonable import TOO_DEEP, as_json  # noqa: F401  (the API's names for them)
 from django_weft.models import StepAttempt, Workflow, WorkflowStep
 
 ID = Field(min_length=1, max_length=255)
@@ -254,34 +252,6 @@ class ChangedOut(Schema):
 
 
 # What stands for a part of a value nested deeper than MAX_DEPTH (stored before the limit was enforced).
-TOO_DEEP = f"(nested deeper than {MAX_DEPTH} levels: not shown)"
-
-
-def as_json(value: Any, depth: int = 0) -> Any:
-    """``value`` with the Python types msgpack payloads may hold and JSON lacks made JSON: tuples and sets as
-    lists, bytes as base64, dates and times as ISO 8601, timedeltas as seconds, decimals, UUIDs, inf and nan as
-    strings; a container more than MAX_DEPTH levels down as :data:`TOO_DEEP`, so that any value renders."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)  # JSON has no inf or nan (Python's parser accepts them, so a client may send them)
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, CONTAINERS) and depth >= MAX_DEPTH:
-        return TOO_DEEP
-    if isinstance(value, dict):
-        return {str(key): as_json(item, depth + 1) for key, item in value.items()}
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return [as_json(item, depth + 1) for item in value]
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return base64.b64encode(bytes(value)).decode()
-    if isinstance(value, (dt.datetime, dt.date, dt.time)):
-        return value.isoformat()
-    if isinstance(value, dt.timedelta):
-        return value.total_seconds()
-    if isinstance(value, (Decimal, uuid.UUID)):
-        return str(value)
-    return str(value)
-
-
 def payload(data: bytes | memoryview | None) -> Any:
     """A stored payload as JSON, or "hidden" for a caller without django_weft.view_payloads (None stays None)."""
     if data is None:
