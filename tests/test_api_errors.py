@@ -214,3 +214,12 @@ def test_the_openapi_document_is_public_and_the_docs_page_staff_only(client, ope
     client.force_login(operator)
     page = client.get(BASE + "docs")
     assert page.status_code == 200 and b"swagger" in page.content.lower()
+    # Offline: no CDN; the script and stylesheet come from here (staff only, like the page).
+    html = page.content.decode()
+    assert "http://" not in html and "https://" not in html
+    script = client.get(BASE + "docs/assets/swagger-ui-bundle.js")
+    assert script.status_code == 200 and script["Content-Type"] == "application/javascript"
+    assert b"SwaggerUIBundle" in b"".join(script.streaming_content)
+    assert client.get(BASE + "docs/assets/secrets.py").status_code == 404
+    client.logout()
+    assert client.get(BASE + "docs/assets/swagger-ui.css").status_code == 302

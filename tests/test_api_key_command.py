@@ -92,4 +92,20 @@ def test_permissions_lists_what_a_key_may_hold(weft_env):
         assert name in text
     assert "auth.add_user" not in text and "auth.add_user" in run("permissions", "--all")
     listed = {row["permission"] for row in json.loads(run("permissions", "--json"))}
-    assert listed == {name for name in api_keys.known_permissions() if name.startswith("django_weft.")}
+    # Only what the API checks: every route's permission, and nothing it never asks for (a timer's "add").
+    assert listed == {f"django_weft.{codename}" for codename in api_keys.API_PERMISSIONS}
+    assert "django_weft.view_payloads" in listed and "django_weft.add_timer" not in listed
+    assert "django_weft.add_timer" in run("permissions", "--all")
+
+
+def test_the_listed_permissions_are_exactly_those_the_api_checks():
+    import re
+    from pathlib import Path
+
+    from django_weft.services import bulk
+
+    api_dir = Path(api_keys.__file__).parent.parent / "api"
+    required = {name for path in api_dir.glob("*.py")
+                for name in re.findall(r'require\(request, "([a-z_]+)"\)', path.read_text())}
+    checked = required | set(bulk.PERMISSIONS.values()) | {"view_payloads"}
+    assert checked == set(api_keys.API_PERMISSIONS)

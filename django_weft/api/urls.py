@@ -7,7 +7,7 @@ from typing import Any
 from django.urls import URLPattern, path, re_path
 
 from django_weft.api.app import api
-from django_weft.api.docs import docs
+from django_weft.api.docs import docs, docs_asset
 from django_weft.api.routing import Dispatcher
 
 # Routes that wait for a run (they would not see it move inside the request's transaction) and bulk operations
@@ -22,6 +22,7 @@ dispatch = Dispatcher(api, _operations, NON_ATOMIC)
 urlpatterns: list[Any] = [
     *_document,
     path("docs", docs, name="docs"),
+    path("docs/assets/<str:name>", docs_asset, name="docs_asset"),
     # Every other path, ids with "/" and route words included, by the path as sent (django_weft.api.routing);
     # "api-root" is the name ninja finds the API's prefix by.
     path("", dispatch, name="api-root"),

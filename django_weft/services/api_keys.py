@@ -35,6 +35,15 @@ def known_permissions() -> set[str]:
             Permission.objects.values_list("content_type__app_label", "codename")}
 
 
+# The permissions the HTTP API checks (django_weft.api: each route's, and bulk operations'): what a key is given
+# for. Others may be given too, and mean nothing to the API.
+API_PERMISSIONS = (
+    "view_workflow", "add_workflow", "cancel_workflow", "signal_workflow", "retry_workflow", "suspend_workflow",
+    "purge_workflow", "view_payloads", "view_schedule", "add_schedule", "change_schedule", "view_queuestate",
+    "change_queuestate", "add_pausedtype", "delete_pausedtype",
+)
+
+
 def check_permissions(permissions: Iterable[str]) -> list[str]:
     names = sorted({str(name).strip() for name in permissions if str(name).strip()})
     unknown = sorted(set(names) - known_permissions())

@@ -29,7 +29,7 @@ class Command(BaseCommand):
                                  "(e.g. django_weft.view_workflow,django_weft.add_workflow)")
         commands.add_parser("list", help="List keys: name, prefix, permissions, created, last used, revoked.")
         commands.add_parser("revoke", help="Revoke a key: it authenticates no more.").add_argument("name")
-        listed = commands.add_parser("permissions", help="The permission names a key may hold (django_weft's).")
+        listed = commands.add_parser("permissions", help="The permissions the HTTP API checks: what a key is given.")
         listed.add_argument("--all", action="store_true", dest="all_apps", help="Every installed app's permissions.")
         for sub in commands.choices.values():
             sub.add_argument("--json", action="store_true", help="Write JSON, for scripts.")
@@ -68,8 +68,9 @@ class Command(BaseCommand):
     def do_permissions(self, all_apps: bool, **options: Any) -> None:
         permissions = Permission.objects.select_related("content_type").order_by(
             "content_type__app_label", "codename")
-        if not all_apps:
-            permissions = permissions.filter(content_type__app_label="django_weft")
+        if not all_apps:  # the ones the API checks: what a key is for
+            permissions = permissions.filter(content_type__app_label="django_weft",
+                                             codename__in=api_keys.API_PERMISSIONS)
         rows = [{"permission": f"{p.content_type.app_label}.{p.codename}", "description": p.name}
                 for p in permissions]
         self.emit(options, rows, "\n".join(f"{r['permission']:<40} {r['description']}" for r in rows))
