@@ -117,5 +117,5 @@ def test_the_run_page_lists_its_attributes_escaped(staff_client):
     assert "<script>alert(1)</script>" not in body and "<i>old</i>" not in body
     assert "<tr><td>note</td><td>text</td><td>&lt;script&gt;alert(1)&lt;/script&gt;</td></tr>" in body
     assert "<tr><td>labels</td><td>keyword_list</td><td>a, b</td></tr>" in body
-    assert "<tr><td>amount</td><td>decimal</td><td>12.5</td></tr>" in body
+    assert "<tr><td>amount</td><td>decimal</td><td>12.50</td></tr>" in body
     assert "<tr><td>gone</td><td>not declared</td><td>&lt;i&gt;old&lt;/i&gt;</td></tr>" in body

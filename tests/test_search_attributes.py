@@ -47,7 +47,7 @@ def test_values_at_start_are_checked_shown_on_the_row_and_indexed_with_the_run()
         "labels": ("new", "eu", "new"), "note": "called twice", "region": None})
     run = handle.refresh()
     assert run.search_attributes == {
-        "customer_id": 7, "plan": "gold", "amount": "150", "due": "2030-05-06T05:08:09+00:00", "vip": False,
+        "customer_id": 7, "plan": "gold", "amount": "150.00", "due": "2030-05-06T05:08:09+00:00", "vip": False,
         "labels": ["eu", "new"], "note": "called twice"}  # None: not set
     assert rows(run.pk) == {"customer_id": [7], "plan": ["gold"], "amount": [Decimal("150")], "due": [WHEN],
                             "vip": [False], "labels": ["eu", "new"], "note": ["called twice"]}
@@ -90,7 +90,7 @@ def test_each_type_keeps_its_value():
         "customer_id": -(2**63), "amount": Decimal("-0.12345678905"), "due": datetime(2030, 1, 1, tzinfo=UTC),
         "labels": [], "note": "", "vip": True})
     run = handle.refresh()
-    assert run.search_attributes == {"customer_id": -(2**63), "amount": "-0.123456789", "labels": [],
+    assert run.search_attributes == {"customer_id": -(2**63), "amount": "-0.1234567890", "labels": [],
                                      "due": "2030-01-01T00:00:00+00:00", "note": "", "vip": True}
     # An empty keyword_list has no row (it matches no keyword); text is not compared whole but is kept.
     assert rows(run.pk) == {"customer_id": [-(2**63)], "amount": [Decimal("-0.1234567890")],
@@ -224,7 +224,7 @@ def test_continue_as_new_carries_the_attributes_over(weft_env):
     weft_env.drive()
     chain = sorted(Workflow.objects.filter(workflow_id="gen"), key=lambda run: run.decoded_input)  # one instant
     assert [r.status for r in chain] == ["continued", "continued", "waiting"]
-    shown = {"plan": "p", "region": "eu", "amount": "12.5", "due": "2030-01-02T03:04:05+00:00"}
+    shown = {"plan": "p", "region": "eu", "amount": "12.50", "due": "2030-01-02T03:04:05+00:00"}
     assert [r.search_attributes for r in chain] == [shown] * 3
     for run in chain:
         assert rows(run.pk) == {"plan": ["p"], "region": ["eu"], "amount": [Decimal("12.5")],
@@ -273,3 +273,11 @@ def test_purging_a_run_deletes_its_rows(weft_env):
     assert done.result() == []
     assert delete_finished_runs([done.run_id, kept.run_id]) == [done.run_id]
     assert list(SearchAttributeValue.objects.values_list("run_id", flat=True)) == [kept.run_id]
+
+
+def test_a_decimal_keeps_the_scale_it_was_given():
+    handle = weft.start("test.long_sleep", search_attributes={"amount": Decimal("150.00")})
+    assert handle.refresh().search_attributes == {"amount": "150.00"}  # not "150": a price reads as one
+    other = weft.start("test.long_sleep", search_attributes={"amount": "1.5E+2"})
+    assert other.refresh().search_attributes == {"amount": "150"}  # never an exponent
+    assert {h.run_id for h in weft.list_runs(attributes={"amount": Decimal("150")})} == {handle.run_id, other.run_id}

@@ -100,6 +100,8 @@ def check_scalar(name: str, value: Any, kind: str) -> Any:
             raise _wrong(name, kind, value) from None
         if not number.is_finite() or abs(number) >= DECIMAL_LIMIT:
             raise _wrong(name, kind, value)
+        if number.as_tuple().exponent >= -10:  # type: ignore[operator]
+            return number  # as given: 150.00 keeps its scale on the run's row (the column pads it to 10 places)
         return number.quantize(Decimal("1e-10"), context=DECIMAL_CONTEXT)
     if kind == "datetime":
         if not isinstance(value, datetime) or timezone.is_naive(value):
@@ -140,7 +142,7 @@ def check_all(values: Any, what: str = "search_attributes") -> dict[str, Any]:
 def to_json(value: Any) -> Any:
     """How a checked value is shown on the run's row (``Workflow.search_attributes``, JSON)."""
     if isinstance(value, Decimal):
-        return "0" if value == 0 else format(value.normalize(), "f")  # "150", not "1.5E+2"
+        return format(value, "f")  # its scale kept ("150.00"), never an exponent ("1.5E+2" is "150")
     if isinstance(value, datetime):
         return value.isoformat()
     return value
