@@ -58,6 +58,23 @@ class VersionFilter(admin.SimpleListFilter):
         return _narrow(request, queryset, self.title, version=int(value) if value.isdigit() else value)
 
 
+class LineageFilter(admin.SimpleListFilter):
+    """Top-level runs (no parent) or child runs."""
+
+    title = _("lineage")
+    parameter_name = "lineage"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
+        return [("top", _("top-level only")), ("child", _("child runs only"))]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        if self.value() == "top":
+            return queryset.filter(parent__isnull=True)
+        if self.value() == "child":
+            return queryset.filter(parent__isnull=False)
+        return queryset
+
+
 class InputFilter(admin.ListFilter):
     """A filter typed into a small form: each of ``inputs`` (suffix, label, HTML input type) is a parameter."""
 

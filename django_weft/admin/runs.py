@@ -29,7 +29,7 @@ from django_weft.admin.common import (
     pretty,
     span,
 )
-from django_weft.admin.filters import TagFilter, VersionFilter, attribute_filters, attribute_listing
+from django_weft.admin.filters import LineageFilter, TagFilter, VersionFilter, attribute_filters, attribute_listing
 from django_weft.admin.forms import AsyncCompletionForm, SignalForm, StepControlForm
 from django_weft.admin.in_flight import in_flight_rows
 from django_weft.admin.run_inlines import (
@@ -145,14 +145,16 @@ RUN_OPERATIONS = {
 class WorkflowAdmin(PayloadPrivacyMixin, OperationsMixin, ReadOnlyMixin, admin.ModelAdmin):
     operations = RUN_OPERATIONS
     list_display = ("workflow_id", "workflow_type", "version", "status_badge", "started_at", "updated_at",
-                    "duration", "schedule_link")
+                    "duration", "parent_column", "schedule_link")
     list_filter = ("status", "failure_category", WorkflowTypeFilter, VersionFilter, TagFilter, "queue", "schedule",
-                   "created_at")
+                   LineageFilter, "created_at")
     search_fields = ("=workflow_id", "=run_id", "=idempotency_key")
+    search_help_text = _("An exact workflow id, run id or idempotency key; end it with * for the workflow ids that "
+                         "start with it (order-*).")
     show_full_result_count = False  # no COUNT(*) over the whole table
     paginator = BoundedPaginator  # nor over a filter's matches: counted up to a cap
     list_per_page = 50
-    list_select_related = ("schedule",)
+    list_select_related = ("schedule", "parent")
     actions = ("cancel_selected", "retry_selected", "suspend_selected", "resume_selected", "purge_selected")
     inlines = (WorkflowStepInline, StepAttemptInline, SignalInline, UpdateInline, EventInline, StreamEntryInline,
                AsyncActivityInline, TimerInline, RunActionInline)
@@ -223,6 +225,8 @@ class WorkflowAdmin(PayloadPrivacyMixin, OperationsMixin, ReadOnlyMixin, admin.M
         term = search_term.strip()
         if not term:
             return queryset, False
+        if term.endswith("*") and len(term) > 1:  # "order-*": the runs whose workflow id starts with "order-"
+            return queryset.filter(workflow_id__startswith=term[:-1]), False
         match = Q(workflow_id=term) | Q(idempotency_key=term)
         try:
             match |= Q(run_id=uuid.UUID(term))
@@ -478,6 +482,14 @@ class WorkflowAdmin(PayloadPrivacyMixin, OperationsMixin, ReadOnlyMixin, admin.M
             return "—"
         return format_html("<a href='{}'>{}</a>", reverse("admin:django_weft_workflow_change",
                                                          args=[run.parent_id]), run.parent)
+
+    @admin.display(description=_("parent"), ordering="parent__workflow_id")
+    def parent_column(self, run: Workflow) -> str:
+        """The parent's workflow id (what an operator knows it by), linked; "—" for a top-level run."""
+        if run.parent_id is None or run.parent is None:
+            return "—"
+        return format_html("<a href='{}'>{}</a>", reverse("admin:django_weft_workflow_change", args=[run.parent_id]),
+                           run.parent.workflow_id)
 
     @admin.display(description=_("children"))
     def children_links(self, run: Workflow) -> str:

@@ -1,0 +1,49 @@
+"""The runs list an operator uses (design 9.5): a workflow-id prefix search, the parent's workflow id in a column,
+and a filter for top-level runs."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.urls import reverse
+
+import django_weft as weft
+
+pytestmark = pytest.mark.django_db
+
+URL = "admin:django_weft_workflow_changelist"
+
+
+@weft.workflow(name="runlist.child")
+def child(ctx: weft.Context) -> None:
+    ctx.sleep(3600)
+
+
+@weft.workflow(name="runlist.parent")
+def parent(ctx: weft.Context) -> None:
+    ctx.run_child("runlist.child")
+
+
+def rows(page: str) -> list[str]:
+    """The workflow ids the list shows."""
+    return re.findall(r'class="field-workflow_id"><a [^>]*>([^<]*)</a>', page)
+
+
+def parents(page: str) -> list[str]:
+    return re.findall(r'class="field-parent_column"><a [^>]*>([^<]*)</a>', page)
+
+
+def test_a_prefix_search_the_parent_column_and_top_level_only(staff_client, weft_env):
+    weft.start("runlist.parent", workflow_id="order-1")
+    weft.start("runlist.parent", workflow_id="order-2")
+    weft.start("runlist.child", workflow_id="invoice-1")
+    weft_env.drive()  # each parent starts its child
+    listing = staff_client.get(reverse(URL), {"q": "order-*"}).content.decode()
+    assert sorted(rows(listing)) == ["order-1", "order-2"]
+    assert "start with it (order-*)" in listing
+    everything = staff_client.get(reverse(URL)).content.decode()
+    assert sorted(parents(everything)) == ["order-1", "order-2"]  # a child shows its parent's workflow id
+    top = staff_client.get(reverse(URL), {"lineage": "top"}).content.decode()
+    assert sorted(rows(top)) == ["invoice-1", "order-1", "order-2"]
+    assert len(rows(staff_client.get(reverse(URL), {"lineage": "child"}).content.decode())) == 2
