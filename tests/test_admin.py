@@ -204,8 +204,8 @@ def test_changelist_filters_and_search(staff_client, weft_env):
         return {r.workflow_id for r in page.context["cl"].result_list}
 
     assert ids({"schedule__id__exact": schedule.pk}) == {scheduled.workflow_id}
-    assert ids({"workflow_type": "test.collect"}) == {scheduled.workflow_id, "plain-run", keyed.workflow_id}
-    assert ids({"workflow_type": "test.steps"}) == set()
+    assert ids({"type": "test.collect"}) == {scheduled.workflow_id, "plain-run", keyed.workflow_id}
+    assert ids({"type": "test.steps"}) == set()
     assert ids({"status__exact": "pending"}) == {scheduled.workflow_id, "plain-run", keyed.workflow_id}
     assert len(ids({"created_at__gte": "2000-01-01 00:00+00:00"})) == 3
     assert ids({"created_at__lt": "2000-01-01 00:00+00:00"}) == set()

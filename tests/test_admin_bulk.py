@@ -48,7 +48,7 @@ def test_a_filtered_changelist_links_every_bulk_operation(staff_client):
 def test_the_confirmation_page_previews_and_its_token_acts(staff_client):
     runs = started(3)
     other = weft.start("test.steps", {"count": 1, "key": "adm-bulk"})
-    query = "status__exact=pending&workflow_type=test.long_sleep&o=2"
+    query = "status__exact=pending&type=test.long_sleep&o=2"
     page = staff_client.get(bulk_url("cancel", query))
     assert page.status_code == 200
     preview = page.context["preview"]
@@ -60,7 +60,7 @@ def test_the_confirmation_page_previews_and_its_token_acts(staff_client):
 
     done = staff_client.post(bulk_url("cancel", query), {"confirmation_token": preview.confirmation_token})
     assert done.status_code == 302
-    assert done["Location"] == reverse(CHANGELIST) + "?status__exact=pending&workflow_type=test.long_sleep"
+    assert done["Location"] == reverse(CHANGELIST) + "?status__exact=pending&type=test.long_sleep"
     assert statuses(runs) == {RunStatus.CANCELLED} and statuses([other]) == {RunStatus.PENDING}
     run = Workflow.objects.get(pk=runs[0].run_id)
     assert run.error["message"] == "cancelled by admin in the admin (all runs matching a filter)"
@@ -98,7 +98,7 @@ def test_every_operation_goes_through_the_same_path(staff_client):
     assert statuses(failed) == {RunStatus.FAILED}
     assert apply("retry", "failure_category__exact=application") == 2
     assert statuses(failed) == {RunStatus.RUNNING}
-    assert apply("suspend", "workflow_type=test.uncaught") == 2
+    assert apply("suspend", "type=test.uncaught") == 2
     assert apply("resume", "workflow_type=test.uncaught") == 2
     assert apply("terminate", "workflow_type=test.uncaught") == 2
     assert {r.termination_reason for r in Workflow.objects.filter(workflow_type="test.uncaught")} == {"terminated"}

@@ -47,3 +47,21 @@ def test_a_prefix_search_the_parent_column_and_top_level_only(staff_client, weft
     top = staff_client.get(reverse(URL), {"lineage": "top"}).content.decode()
     assert sorted(rows(top)) == ["invoice-1", "order-1", "order-2"]
     assert len(rows(staff_client.get(reverse(URL), {"lineage": "child"}).content.decode())) == 2
+
+
+def test_a_cancel_from_the_list_asks_for_a_reason_and_records_it(staff_client, weft_env):
+    handle = weft.start("runlist.child", workflow_id="cancel-me")
+    weft_env.drive()
+    data = {"action": "cancel_selected", "_selected_action": [str(handle.run_id)], "index": "0"}
+    confirmation = staff_client.post(reverse(URL), data).content.decode()
+    assert 'name="reason"' in confirmation
+    staff_client.post(reverse(URL), {**data, "post": "yes", "reason": "duplicate order"}, follow=True)
+    run = handle.refresh()
+    assert run.cancel_reason.endswith("in the admin: duplicate order")
+
+
+def test_the_type_filter_is_named_as_in_the_api_and_old_links_still_work(staff_client, weft_env):
+    weft.start("runlist.child", workflow_id="typed")
+    weft.start("runlist.parent", workflow_id="other-type")
+    assert rows(staff_client.get(reverse(URL), {"type": "runlist.child"}).content.decode()) == ["typed"]
+    assert rows(staff_client.get(reverse(URL), {"workflow_type": "runlist.child"}).content.decode()) == ["typed"]

@@ -89,7 +89,7 @@ PARAMETERS: dict[str, Handler] = {
     "status__exact": _listed("status"), "status__in": _listed("status"), "status": _listed("status"),
     "failure_category__exact": _listed("failure_category"), "failure_category__in": _listed("failure_category"),
     "failure_category": _listed("failure_category"),
-    "workflow_type": _listed("type"), "workflow_type__exact": _listed("type"),
+    "type": _listed("type"), "workflow_type": _listed("type"), "workflow_type__exact": _listed("type"),
     "version": _version, "version__exact": _version,
     "tags": _listed("tags"), "tag": _listed("tags"), "tags__contains": _listed("tags"),
     "schedule__id__exact": _schedule,

@@ -209,6 +209,8 @@ class Operation:
     apply_many: Callable[[HttpRequest, list], list] | None = None
     explanation: StrOrPromise = ""
     destructive: bool = False
+    # The confirmation asks for a reason (request.POST["reason"]), recorded with what the operator did.
+    takes_reason: bool = False
 
 
 class OperationsMixin(_ModelAdmin):

@@ -77,7 +77,7 @@ class WorkflowTypeFilter(admin.SimpleListFilter):
     """Workflow types from the registry: no SELECT DISTINCT over the runs table."""
 
     title = _("workflow type")
-    parameter_name = "workflow_type"
+    parameter_name = "type"  # as the API's and weft_runs' filter is named
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         return [(name, name) for name in sorted(registered_workflow_names())]
@@ -93,7 +93,8 @@ def _purge(request: HttpRequest, runs: list[Workflow]) -> list[Workflow]:
 
 
 def _who(request: HttpRequest) -> str:
-    return f"by {request.user.get_username()} in the admin"
+    reason = " ".join(str(request.POST.get("reason", "")).split())[:500]
+    return f"by {request.user.get_username()} in the admin" + (f": {reason}" if reason else "")
 
 
 def _cancel(request: HttpRequest, run: Workflow) -> str:
@@ -121,7 +122,7 @@ RUN_OPERATIONS = {
     "cancel": Operation(
         "cancel", _("Cancel"), _("cancelled"), "cancel", lambda qs: qs.open(), _cancel,
         explanation=_("Open runs end as cancelled; an executor holding one loses it. Finished runs are left "
-                      "alone."), destructive=True),
+                      "alone."), destructive=True, takes_reason=True),
     "retry": Operation(
         "retry", _("Retry"), _("retried"), "retry", lambda qs: qs.filter(status=RunStatus.FAILED), _retry,
         explanation=_("Failed runs run again from their failed step (which starts over at attempt 1); the "
@@ -130,7 +131,7 @@ RUN_OPERATIONS = {
         "suspend", _("Suspend"), _("suspended"), "suspend",
         lambda qs: qs.filter(status__in=[RunStatus.PENDING, RunStatus.RUNNING, RunStatus.WAITING]), _suspend,
         explanation=_("Nothing executes a suspended run until it is resumed; an executor holding it loses "
-                      "it.")),
+                      "it."), takes_reason=True),
     "resume": Operation(
         "resume", _("Resume"), _("resumed"), "suspend", lambda qs: qs.filter(status=RunStatus.SUSPENDED),
         _resume, explanation=_("Suspended runs become runnable and continue where they were.")),
@@ -219,6 +220,10 @@ class WorkflowAdmin(PayloadPrivacyMixin, OperationsMixin, ReadOnlyMixin, admin.M
         if match and match.url_name and match.url_name.endswith("changelist"):
             qs = qs.defer("input", "result", "error", "search_attributes")
         return qs
+
+    def lookup_allowed(self, lookup: str, value: str, request: HttpRequest | None = None) -> bool:
+        # Links made before the type filter was named "type" still work.
+        return lookup == "workflow_type" or super().lookup_allowed(lookup, value, request)
 
     def get_search_results(self, request: HttpRequest, queryset: QuerySet, search_term: str) -> tuple[QuerySet, bool]:
         """Exact (case-sensitive) matches on the indexed ids; ``search_fields``' ``=`` would be ``UPPER() =``."""
