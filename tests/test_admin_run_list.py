@@ -65,3 +65,16 @@ def test_the_type_filter_is_named_as_in_the_api_and_old_links_still_work(staff_c
     weft.start("runlist.parent", workflow_id="other-type")
     assert rows(staff_client.get(reverse(URL), {"type": "runlist.child"}).content.decode()) == ["typed"]
     assert rows(staff_client.get(reverse(URL), {"workflow_type": "runlist.child"}).content.decode()) == ["typed"]
+
+
+def test_the_run_page_gives_times_to_the_second_in_one_labelled_zone_and_folds_the_bookkeeping(staff_client,
+                                                                                               weft_env):
+    handle = weft.start("runlist.parent", workflow_id="timed")
+    weft_env.drive()
+    page = staff_client.get(reverse("admin:django_weft_workflow_change", args=[handle.run_id])).content.decode()
+    created = handle.refresh().created_at
+    assert created.strftime("%Y-%m-%d %H:%M:%S UTC") in page  # the run's times: seconds, the zone named
+    assert re.search(r'\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} UTC', page)  # the steps': milliseconds
+    assert "a.m." not in page and "p.m." not in page
+    assert "Admin change log" in page and ">History<" not in page  # not mistaken for the workflow's history
+    assert page.count("<details") >= 2  # Execution and Flow control fold

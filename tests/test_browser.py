@@ -301,6 +301,6 @@ def test_query_a_run_and_send_it_an_update(admin: Browser) -> None:
     page.reload()
     expect(updates).to_contain_text("Completed")
     page.locator("#weft-queries").get_by_role("button", name="Ask").click()
-    expect(page.locator("pre.weft-query-answer")).to_have_text("['A1']")
+    expect(page.locator("pre.weft-query-answer")).to_have_text(json.dumps(["A1"], indent=2))
     admin.shot("query-answered")
     assert handle.status == "waiting"

@@ -16,6 +16,7 @@ from django.utils.translation import gettext_lazy as _
 from django_weft.admin.common import (
     ReadOnlyInline,
     badge,
+    moment,
     preview,
     span,
 )
@@ -47,7 +48,7 @@ class WorkflowStepInline(ReadOnlyInline):
     model = WorkflowStep
     verbose_name = _("journal step")
     verbose_name_plural = _("journal (timeline)")
-    fields = ("seq", "kind", "name", "status_badge", "failure_category", "attempt", "started_at", "duration",
+    fields = ("seq", "kind", "name", "status_badge", "failure_category", "attempt", "started", "duration",
               "result_preview", "error_message")
     readonly_fields = fields
     ordering = ("seq",)
@@ -55,6 +56,10 @@ class WorkflowStepInline(ReadOnlyInline):
     @admin.display(description=_("status"))
     def status_badge(self, step: WorkflowStep) -> str:
         return badge(step.status, step.get_status_display())
+
+    @admin.display(description=_("started"))
+    def started(self, step: WorkflowStep) -> str:
+        return moment(step.started_at, milliseconds=True)
 
     @admin.display(description=_("duration"))
     def duration(self, step: WorkflowStep) -> str:

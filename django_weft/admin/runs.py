@@ -25,6 +25,7 @@ from django_weft.admin.common import (
     PayloadPrivacyMixin,
     ReadOnlyMixin,
     badge,
+    moment,
     pre,
     pretty,
     span,
@@ -169,17 +170,19 @@ class WorkflowAdmin(PayloadPrivacyMixin, OperationsMixin, ReadOnlyMixin, admin.M
         (None, {"fields": ("workflow_id", "run_id", "workflow_type", "version", "status_badge", "wait_reason",
                            "failure_category", "termination_reason", "history_length")}),
         (_("Payloads"), {"fields": ("input_pretty", "result_pretty", "error_pretty")}),
-        (_("Timing"), {"fields": ("created_at", "started_at", "updated_at", "finished_at", "duration",
-                                  "runnable_at", "execution_deadline")}),
+        (_("Timing"), {"fields": ("created_shown", "started_shown", "updated_shown", "finished_shown", "duration",
+                                  "runnable_shown", "execution_deadline_shown")}),
         (_("Lineage"), {"fields": ("parent_link", "children_links", "schedule_link", "scheduled_for",
                                    "restarted_from", "idempotency_key", "tags", "attributes_listing")}),
-        (_("Execution"), {"fields": ("lease_owner", "fence", "awaiting_signals", "cancel_requested_at")}),
-        (_("Flow control"), {"fields": ("queue", "concurrency_key", "priority", "admit_at", "admitted_at")}),
+        (_("Execution"), {"fields": ("lease_owner", "fence", "awaiting_signals", "cancel_requested_at"),
+                           "classes": ("collapse",)}),  # folded: the engine's bookkeeping, rarely what is wanted
+        (_("Flow control"), {"fields": ("queue", "concurrency_key", "priority", "admit_at", "admitted_at"),
+                              "classes": ("collapse",)}),
     )
     readonly_fields = ("workflow_id", "run_id", "workflow_type", "version", "status_badge", "wait_reason",
                        "failure_category", "termination_reason", "history_length", "input_pretty",
-                       "result_pretty", "error_pretty", "created_at", "started_at", "updated_at",
-                       "finished_at", "duration", "runnable_at", "execution_deadline", "parent_link",
+                       "result_pretty", "error_pretty", "created_shown", "started_shown", "updated_shown",
+                       "finished_shown", "duration", "runnable_shown", "execution_deadline_shown", "parent_link",
                        "children_links", "schedule_link", "scheduled_for", "restarted_from", "idempotency_key",
                        "tags", "attributes_listing", "lease_owner", "fence", "awaiting_signals",
                        "cancel_requested_at", "queue", "concurrency_key", "priority", "admit_at", "admitted_at")
@@ -221,7 +224,7 @@ class WorkflowAdmin(PayloadPrivacyMixin, OperationsMixin, ReadOnlyMixin, admin.M
             qs = qs.defer("input", "result", "error", "search_attributes")
         return qs
 
-    def lookup_allowed(self, lookup: str, value: str, request: HttpRequest | None = None) -> bool:
+    def lookup_allowed(self, lookup: str, value: str, request: HttpRequest) -> bool:
         # Links made before the type filter was named "type" still work.
         return lookup == "workflow_type" or super().lookup_allowed(lookup, value, request)
 
@@ -487,6 +490,31 @@ class WorkflowAdmin(PayloadPrivacyMixin, OperationsMixin, ReadOnlyMixin, admin.M
             return "—"
         return format_html("<a href='{}'>{}</a>", reverse("admin:django_weft_workflow_change",
                                                          args=[run.parent_id]), run.parent)
+
+    # The run's times to the second, in one labelled zone (admin.common.moment).
+    @admin.display(description=_("created"))
+    def created_shown(self, run: Workflow) -> str:
+        return moment(run.created_at)
+
+    @admin.display(description=_("started"))
+    def started_shown(self, run: Workflow) -> str:
+        return moment(run.started_at)
+
+    @admin.display(description=_("updated"))
+    def updated_shown(self, run: Workflow) -> str:
+        return moment(run.updated_at)
+
+    @admin.display(description=_("finished"))
+    def finished_shown(self, run: Workflow) -> str:
+        return moment(run.finished_at)
+
+    @admin.display(description=_("runnable at"))
+    def runnable_shown(self, run: Workflow) -> str:
+        return moment(run.runnable_at)
+
+    @admin.display(description=_("execution deadline"))
+    def execution_deadline_shown(self, run: Workflow) -> str:
+        return moment(run.execution_deadline)
 
     @admin.display(description=_("parent"), ordering="parent__workflow_id")
     def parent_column(self, run: Workflow) -> str:

@@ -121,6 +121,13 @@ class Timeline:
     unrecorded_note: str = ""
     truncated_at: int | None = None  # the row limit, when the journal may be longer
 
+    @property
+    def origin_shown(self) -> str:
+        """The run's start as the rest of its page shows times (admin.common.moment)."""
+        from django_weft.admin.common import moment
+
+        return moment(self.origin)
+
     @cached_property
     def notable(self) -> list[Bar]:
         """Steps with something to say: they overlapped, raced, or are still open."""
