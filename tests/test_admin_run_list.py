@@ -78,3 +78,30 @@ def test_the_run_page_gives_times_to_the_second_in_one_labelled_zone_and_folds_t
     assert "a.m." not in page and "p.m." not in page
     assert "Admin change log" in page and ">History<" not in page  # not mistaken for the workflow's history
     assert page.count("<details") >= 2  # Execution and Flow control fold
+
+
+@weft.workflow(name="runlist.fails")
+def fails(ctx: weft.Context) -> None:
+    ctx.set_query_handler("where", lambda: "before the failure")
+    raise RuntimeError("broken on purpose")
+
+
+def test_a_failed_runs_queries_panel_says_where_it_ended_without_an_alarm(staff_client, weft_env):
+    handle = weft.start("runlist.fails")
+    weft_env.drive()
+    assert handle.refresh().status == "failed"
+    page = staff_client.get(reverse("admin:django_weft_workflow_change", args=[handle.run_id])).content.decode()
+    panel = page.split('id="weft-queries"', 1)[1].split("</fieldset>", 1)[0]
+    assert "weft-replay-note" in panel and "errornote" not in panel and "where" in panel
+
+
+def test_with_a_status_filter_the_list_offers_only_the_actions_that_apply(staff_client):
+    def offered(params: dict) -> set[str]:
+        page = staff_client.get(reverse(URL), params).content.decode()
+        return set(re.findall(r'<option value="([a-z_]+_selected)"', page))
+
+    assert offered({}) == {"cancel_selected", "retry_selected", "suspend_selected", "resume_selected",
+                           "purge_selected"}
+    assert offered({"status__exact": "failed"}) == {"retry_selected", "purge_selected"}
+    assert offered({"status__exact": "waiting"}) == {"cancel_selected", "suspend_selected"}
+    assert offered({"status__exact": "suspended"}) == {"cancel_selected", "resume_selected"}

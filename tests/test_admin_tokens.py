@@ -134,11 +134,13 @@ def test_token_prefill_echoes_only_a_genuine_token_of_the_run(client, weft_env):
     url = run_url(handle.run_id, "async")
     page = client.get(url, {"token": token})
     assert page.status_code == 200 and page.context["form"]["token"].value() == token
+    # Anything else is dropped: the form holds the token of the one activity this run waits for instead.
     page = client.get(url, {"token": other_token})
-    assert page.context["form"]["token"].value() == "" and other_token not in page.content.decode()
+    assert page.context["form"]["token"].value() == token and other_token not in page.content.decode()
     page = client.get(url, {"token": "<b>not-a-token</b>"})
     body = page.content.decode()
-    assert page.context["form"]["token"].value() == "" and "not-a-token" not in body
+    assert page.context["form"]["token"].value() == token and "not-a-token" not in body
+    assert client.get(url).context["form"]["token"].value() == token  # pre-filled: one activity waits
 
 
 def test_a_permitted_user_completes_and_nothing_leaks_to_the_read_paths(client, weft_env):

@@ -143,6 +143,23 @@ RUN_OPERATIONS = {
 }
 
 
+# The statuses each action of the list applies to: with a status filter, only the actions that apply are offered.
+ACTION_STATUSES: dict[str, frozenset[str]] = {
+    "cancel_selected": frozenset(RunStatus.open_values()),
+    "retry_selected": frozenset({RunStatus.FAILED}),
+    "suspend_selected": frozenset({RunStatus.PENDING, RunStatus.RUNNING, RunStatus.WAITING}),
+    "resume_selected": frozenset({RunStatus.SUSPENDED}),
+    "purge_selected": frozenset(RunStatus.terminal_values()),
+}
+
+
+def filtered_statuses(request: HttpRequest) -> set[str] | None:
+    """The statuses the changelist is filtered to (None: not filtered by status)."""
+    chosen = [value for key in ("status__exact", "status") for value in request.GET.getlist(key)]
+    chosen += [part for value in request.GET.getlist("status__in") for part in value.split(",")]
+    return {value for value in chosen if value} or None
+
+
 @admin.register(Workflow)
 class WorkflowAdmin(PayloadPrivacyMixin, OperationsMixin, ReadOnlyMixin, admin.ModelAdmin):
     operations = RUN_OPERATIONS
@@ -223,6 +240,14 @@ class WorkflowAdmin(PayloadPrivacyMixin, OperationsMixin, ReadOnlyMixin, admin.M
         if match and match.url_name and match.url_name.endswith("changelist"):
             qs = qs.defer("input", "result", "error", "search_attributes")
         return qs
+
+    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
+        actions = super().get_actions(request)
+        statuses = filtered_statuses(request)
+        if statuses is None or request.method != "GET":  # a POST carries the chosen action: leave them all
+            return actions
+        return {name: action for name, action in actions.items()
+                if name not in ACTION_STATUSES or ACTION_STATUSES[name] & statuses}
 
     def lookup_allowed(self, lookup: str, value: str, request: HttpRequest) -> bool:
         # Links made before the type filter was named "type" still work.
@@ -418,8 +443,12 @@ class WorkflowAdmin(PayloadPrivacyMixin, OperationsMixin, ReadOnlyMixin, admin.M
         run = self._run_for_form(request, object_id, allowed=self.has_complete_async_permission(request))
         if isinstance(run, HttpResponse):
             return run
-        form = AsyncCompletionForm(request.POST or None, run=run,
-                                   initial={"token": self._prefilled_token(request, run)})
+        prefilled = self._prefilled_token(request, run)
+        if not prefilled:  # one activity waits: its token is the one to use
+            waiting = list(AsyncActivity.objects.filter(run=run, status=AsyncStatus.PENDING).values_list(
+                "token", flat=True)[:2])
+            prefilled = waiting[0] if len(waiting) == 1 else ""
+        form = AsyncCompletionForm(request.POST or None, run=run, initial={"token": prefilled})
         if request.method == "POST" and form.is_valid():
             data = form.cleaned_data
             try:

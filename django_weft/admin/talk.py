@@ -163,6 +163,9 @@ def talk_panel(request: HttpRequest, run: Workflow, context: dict[str, Any], *, 
     asked = ask(run, ctx, problem, name, args_text) if name is not None else None
     panel.update({
         "problem": problem,
+        # A run that failed (or was cancelled) stops its replay where it ended: said plainly, not as an alarm.
+        "problem_is_its_end": bool(problem) and ctx is not None and run.status in (
+            RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.TIMED_OUT),
         "asked": asked,
         "queries": [{"name": query, "form_id": f"weft-query-{number}",
                      "args": args_text if asked and asked["name"] == query else ""}
