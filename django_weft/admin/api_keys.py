@@ -77,6 +77,9 @@ class RevokedFilter(admin.SimpleListFilter):
 
 @admin.register(ApiKey)
 class ApiKeyAdmin(OperationsMixin, admin.ModelAdmin):
+    class Media:
+        css = {"all": ("django_weft/admin.css",)}  # cells wrap: the list fits the screen
+
     operations = API_KEY_OPERATIONS
     list_display = ("name", "prefix", "permission_list", "created_at", "last_used_at", "revoked_at")
     list_filter = (RevokedFilter,)

@@ -286,6 +286,9 @@ def bulk_view(model_admin: Any, request: HttpRequest, name: str) -> HttpResponse
 
 @admin.register(BulkOperation)
 class BulkOperationAdmin(ReadOnlyMixin, admin.ModelAdmin):
+    class Media:
+        css = {"all": ("django_weft/admin.css",)}  # cells wrap: the list fits the screen
+
     """Who did what to how many runs, with which filter (read-only)."""
 
     list_display = ("id", "operation", "status_badge", "matched", "count", "requested_by", "started_at",

@@ -35,6 +35,9 @@ class AliveFilter(admin.SimpleListFilter):
 
 @admin.register(Executor)
 class ExecutorAdmin(ReadOnlyMixin, admin.ModelAdmin):
+    class Media:
+        css = {"all": ("django_weft/admin.css",)}  # cells wrap: the list fits the screen
+
     """Rows are written by the processes themselves: inserted at start, refreshed every heartbeat, deleted
     at a clean stop; a dead process's row shows "alive: no" until the maintenance pass deletes it."""
 

@@ -64,6 +64,9 @@ class LimitsForm(forms.ModelForm):
 
 @admin.register(QueueState)
 class QueueStateAdmin(admin.ModelAdmin):
+    class Media:
+        css = {"all": ("django_weft/admin.css",)}  # cells wrap: the list fits the screen
+
     form = LimitsForm
     list_display = ("name", "backlog", "ready", "admitted", "limits", "oldest_wait", "rate_limited_now",
                     "admitted_total")

@@ -163,7 +163,7 @@ def filtered_statuses(request: HttpRequest) -> set[str] | None:
 @admin.register(Workflow)
 class WorkflowAdmin(PayloadPrivacyMixin, OperationsMixin, ReadOnlyMixin, admin.ModelAdmin):
     operations = RUN_OPERATIONS
-    list_display = ("workflow_id", "workflow_type", "version", "status_badge", "started_at", "updated_at",
+    list_display = ("workflow_id", "workflow_type", "version", "status_badge", "started_shown", "updated_shown",
                     "duration", "parent_column", "schedule_link")
     list_filter = ("status", "failure_category", WorkflowTypeFilter, VersionFilter, TagFilter, "queue", "schedule",
                    LineageFilter, "created_at")
@@ -525,11 +525,11 @@ class WorkflowAdmin(PayloadPrivacyMixin, OperationsMixin, ReadOnlyMixin, admin.M
     def created_shown(self, run: Workflow) -> str:
         return moment(run.created_at)
 
-    @admin.display(description=_("started"))
+    @admin.display(description=_("started"), ordering="started_at")
     def started_shown(self, run: Workflow) -> str:
         return moment(run.started_at)
 
-    @admin.display(description=_("updated"))
+    @admin.display(description=_("updated"), ordering="updated_at")
     def updated_shown(self, run: Workflow) -> str:
         return moment(run.updated_at)
 

@@ -92,6 +92,9 @@ SCHEDULE_OPERATIONS = {
 
 @admin.register(Schedule)
 class ScheduleAdmin(PayloadPrivacyMixin, OperationsMixin, admin.ModelAdmin):
+    class Media:
+        css = {"all": ("django_weft/admin.css",)}  # cells wrap: the list fits the screen
+
     operations = SCHEDULE_OPERATIONS
     form = ScheduleForm
     list_display = ("schedule_id", "workflow_type", "spec", "timezone", "status_badge", "next_fire_at",
