@@ -170,7 +170,8 @@ def sse_stream(count: int, run_ids: list) -> dict[str, Any]:
     from django_weft.models import ApiKey
     from django_weft.services import api_keys
 
-    record, key = api_keys.create(f"weft_bench {os.getpid()}", ["django_weft.view_workflow"])
+    record, key = api_keys.create(f"weft_bench {os.getpid()}",
+                                  ["django_weft.view_workflow", "django_weft.view_payloads"])  # it reads the values
     server = _Server()
     try:
         handle = weft.start(STREAM_WORKFLOW, count, workflow_id=f"weft-bench-stream-{os.getpid()}-{time.time_ns()}")
