@@ -233,3 +233,65 @@ def test_overlapping_bars_are_drawn_side_by_side_in_a_browser(live_server, monke
     # In time order from left to right, each as long as it took: #1 took 10 s, #2 4 s (of 60 s).
     assert boxes[1]["x"] < boxes[3]["x"] < boxes[2]["x"] < boxes[5]["x"] < boxes[6]["x"]
     assert boxes[1]["width"] == pytest.approx(boxes[2]["width"] * 10 / 4, rel=0.05)
+
+
+def ship(ctx: weft.Context, parcel: int) -> str:
+    ctx.sleep(0)
+    return ctx.run(record_parcel, parcel)
+
+
+@weft.activity
+def record_parcel(parcel: int) -> str:
+    return f"parcel-{parcel}"
+
+
+@weft.workflow(name="admin_branches.code_branches")
+def code_branches(ctx: weft.Context, parcels: int) -> list:
+    shipped = ctx.gather(*(ctx.start_branch(ship, n) for n in range(parcels)))
+    ctx.wait_for_signal("done")
+    return shipped
+
+
+def test_rows_of_code_branches_are_labelled_by_the_branch_and_the_page_stays_small(staff_client, weft_env):
+    # A branch's rows sit a billion positions up (common/positions.py): the page once tried to list every
+    # position below them as "without a row", and ran out of memory.
+    handle = weft.start(code_branches, 3, workflow_id="code-branches")
+    weft_env.drive()
+    assert handle.status == "waiting"
+    branch_rows = WorkflowStep.objects.filter(run_id=handle.run_id, seq__gt=10**9)
+    assert branch_rows.count() == 6  # a sleep and an activity in each of three branches
+    body = staff_client.get(run_url(handle.run_id)).content.decode()
+    labels = re.findall(r'class="weft-bar-label">#([\d.]+) ', timeline_of(body))
+    assert {"1.1", "1.2", "2.1", "2.2", "3.1", "3.2"} <= set(labels)
+    assert "Journal positions without a row" not in timeline_of(body)
+    assert not any(len(label) > 6 for label in labels)
+    assert len(body) < 200_000
+
+
+def test_a_short_bar_has_its_label_beside_it(staff_client, weft_env):
+    handle = weft.start("test.collect", 1, workflow_id="short-bar")
+    t0 = weft_env.now() - timedelta(seconds=100)
+    step(handle.run_id, 1, StepKind.ACTIVITY, "long_one", StepStatus.COMPLETED, t0, t0 + timedelta(seconds=50))
+    step(handle.run_id, 2, StepKind.ACTIVITY, "quick", StepStatus.COMPLETED, t0 + timedelta(seconds=50),
+         t0 + timedelta(seconds=50, milliseconds=5))
+    step(handle.run_id, 3, StepKind.ACTIVITY, "quick_again", StepStatus.COMPLETED, t0 + timedelta(seconds=51),
+         t0 + timedelta(seconds=51, milliseconds=5))
+    step(handle.run_id, 4, StepKind.ACTIVITY, "last_long_one", StepStatus.COMPLETED, t0 + timedelta(seconds=90),
+         t0 + timedelta(seconds=100))
+    timeline = timeline_of(staff_client.get(run_url(handle.run_id)).content.decode())
+    beside = re.findall(r'<span class="weft-beside" style="([^"]+)"[^>]*>([^<]+)</span>', timeline)
+    # #1 holds its own label; #2 has no room after it (#3 starts 1 s later) nor before it (#1 ends where it
+    # starts), so only its tooltip names it; #3 has room up to #4; #4 (a tenth of the run) has room before it.
+    assert [label for _, label in beside] == ["#3 quick_again", "#4 last_long_one"]
+    assert beside[0][0].startswith("left: calc(51.") and beside[1][0].startswith("right: calc(10.")
+
+
+def test_a_step_retried_links_to_its_attempts(staff_client, weft_env):
+    handle = weft.start("test.retry", {"key": "linked", "failures": 2})
+    weft_env.drive()
+    weft_env.advance(timedelta(seconds=1))
+    weft_env.advance(timedelta(seconds=2))
+    assert handle.result() == "ok"
+    body = staff_client.get(run_url(handle.run_id)).content.decode()
+    assert '<a href="#weft-attempts-1"' in body and 'id="weft-attempts-1"' in body
+    assert "attempt 3: the earlier ones are in the attempt history" in note_of(body, 1)

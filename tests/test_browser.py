@@ -2,8 +2,7 @@
 
 The test project is served by pytest-django's ``live_server`` (a thread of this process, on the test
 database), a superuser logs in through the real login form, and every click is checked in the database
-afterwards. Skipped when the ``playwright`` package or the Chromium binary is missing. Never run
-``playwright install``: the system Chromium is used (``apt-get install chromium``).
+afterwards. Skipped when the ``playwright`` package or the Chromium binary is missing (tests/browser_kit.py).
 
 Screenshots go to ``artifacts/screenshots/``. The README's ``docs/images/run-detail.png`` is written when it
 is missing, or refreshed with ``WEFT_UPDATE_DOCS_SCREENSHOTS=1``.
@@ -14,103 +13,16 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
-from django.contrib.auth import get_user_model
 
 import django_weft as weft
 from django_weft.common.codec import decode
 from django_weft.models import Schedule, Signal, Workflow
+from tests.browser_kit import ROOT, Browser, admin, browser_marks, chromium, expect, run_path
 
-sync_api = pytest.importorskip("playwright.sync_api", reason="browser tests need the playwright package "
-                               "(pip install playwright; the system Chromium is used, no `playwright install`)")
+__all__ = ["admin", "chromium"]  # fixtures, imported for pytest
 
-CHROMIUM = os.environ.get("WEFT_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-ROOT = Path(__file__).resolve().parent.parent
-SCREENSHOTS = ROOT / "artifacts" / "screenshots"
 DOCS_SCREENSHOT = ROOT / "docs" / "images" / "run-detail.png"
-USERNAME, PASSWORD = "browser-admin", "browser-pw"
-TIMEOUT_MS = 15_000
-
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.django_db(transaction=True),  # live_server's thread must see what the test writes
-    pytest.mark.skipif(not os.access(CHROMIUM, os.X_OK),
-                       reason=f"browser tests need Chromium at {CHROMIUM} (apt-get install chromium)"),
-]
-
-expect = sync_api.expect
-expect.set_options(timeout=TIMEOUT_MS)
-
-
-@pytest.fixture(scope="module")
-def chromium() -> Iterator[object]:
-    # Playwright's sync API keeps an asyncio loop running in this thread; Django then refuses ORM calls
-    # ("async context") although the test code is plain synchronous code. Allowed for this module only.
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-        with sync_api.sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-            try:
-                yield browser
-            finally:
-                browser.close()
-
-
-class Browser:
-    """One page of a fresh browser context, with the dialogs it raised and a screenshot helper."""
-
-    def __init__(self, page: sync_api.Page, base_url: str, name: str) -> None:
-        self.page = page
-        self.base_url = base_url
-        self.name = name
-        self.dialogs: list[str] = []
-        page.on("dialog", self._on_dialog)
-
-    def _on_dialog(self, dialog: sync_api.Dialog) -> None:
-        self.dialogs.append(f"{dialog.type}: {dialog.message}")
-        dialog.dismiss()
-
-    def goto(self, path: str) -> None:
-        self.page.goto(self.base_url + path)
-
-    def shot(self, step: str, *, full_page: bool = True) -> Path:
-        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-        target = SCREENSHOTS / f"{self.name}-{step}.png"
-        self.page.screenshot(path=str(target), full_page=full_page)
-        return target
-
-    def confirm(self, label: str) -> None:
-        """On an operation's confirmation page, press "Yes, <label>"."""
-        expect(self.page.locator("body.weft-confirmation")).to_be_visible()
-        self.page.get_by_role("button", name=f"Yes, {label}").click()
-        self.page.wait_for_load_state()
-
-    def messages(self) -> str:
-        return self.page.locator("ul.messagelist").inner_text()
-
-
-@pytest.fixture
-def admin(chromium: sync_api.Browser, live_server: object, request: pytest.FixtureRequest) -> Iterator[Browser]:
-    """A superuser logged in through the real login form."""
-    get_user_model().objects.create_superuser(USERNAME, "browser@example.com", PASSWORD)
-    context = chromium.new_context(viewport={"width": 1280, "height": 900})
-    context.set_default_timeout(TIMEOUT_MS)
-    page = context.new_page()
-    browser = Browser(page, str(live_server).rstrip("/"), request.node.name.removeprefix("test_"))
-    try:
-        browser.goto("/admin/login/?next=/admin/")
-        page.fill("#id_username", USERNAME)
-        page.fill("#id_password", PASSWORD)
-        page.get_by_role("button", name="Log in").click()
-        expect(page.locator("#user-tools")).to_contain_text(USERNAME)
-        yield browser
-    finally:
-        context.close()
+pytestmark = browser_marks
 
 
 def parked(workflow: str, input: object, workflow_id: str) -> weft.WorkflowHandle:
@@ -119,10 +31,6 @@ def parked(workflow: str, input: object, workflow_id: str) -> weft.WorkflowHandl
     weft.run_maintenance()
     assert handle.status == "waiting"
     return handle
-
-
-def run_path(run_id: object, what: str = "change") -> str:
-    return f"/admin/django_weft/workflow/{run_id}/{what}/"
 
 
 def test_filter_waiting_runs_and_read_the_timeline(admin: Browser) -> None:

@@ -20,6 +20,7 @@ from django_weft.admin.common import (
     preview,
     span,
 )
+from django_weft.common.positions import position_label
 from django_weft.models import (
     AsyncActivity,
     AsyncStatus,
@@ -44,11 +45,19 @@ STATUS_COUNT_CAP = 1000
 MAX_CHILDREN_LISTED = 50
 
 
-class WorkflowStepInline(ReadOnlyInline):
+class PositionColumn:
+    """A "step" column: the journal position as people read it (a branch's rows as "3.2", not 1000150002)."""
+
+    @admin.display(description=_("step"), ordering="seq")
+    def position(self, row: Any) -> str:
+        return position_label(row.seq)
+
+
+class WorkflowStepInline(PositionColumn, ReadOnlyInline):
     model = WorkflowStep
     verbose_name = _("journal step")
     verbose_name_plural = _("journal (timeline)")
-    fields = ("seq", "kind", "name", "status_badge", "failure_category", "attempt", "started", "duration",
+    fields = ("position", "kind", "name", "status_badge", "failure_category", "attempts", "started", "duration",
               "result_preview", "error_message")
     readonly_fields = fields
     ordering = ("seq",)
@@ -56,6 +65,14 @@ class WorkflowStepInline(ReadOnlyInline):
     @admin.display(description=_("status"))
     def status_badge(self, step: WorkflowStep) -> str:
         return badge(step.status, step.get_status_display())
+
+    @admin.display(description=_("attempt"))
+    def attempts(self, step: WorkflowStep) -> str:
+        """A step that took more than one attempt links to its rows in the attempt history (StepAttemptInline)."""
+        if step.attempt <= 1:
+            return str(step.attempt)
+        return format_html('{} <a href="#weft-attempts-{}" title="{}">{}</a>', step.attempt, step.seq,
+                           _t("Each attempt's start, end, outcome and error"), _t("history"))
 
     @admin.display(description=_("started"))
     def started(self, step: WorkflowStep) -> str:
@@ -81,12 +98,12 @@ CLEARED_BECAUSE: dict[str, StrOrPromise] = {
 }
 
 
-class TimerInline(ReadOnlyInline):
+class TimerInline(PositionColumn, ReadOnlyInline):
     """A run's timers. The engine stamps ``fired_at`` both when a timer fires and when what it guarded came
     first (the signal arrived, the async activity was resolved), so the outcome column tells the two apart."""
 
     model = Timer
-    fields = ("seq", "purpose", "fire_at", "outcome")
+    fields = ("position", "purpose", "fire_at", "outcome")
     readonly_fields = fields
 
     def get_queryset(self, request: HttpRequest) -> QuerySet:
@@ -136,16 +153,23 @@ class TimerInline(ReadOnlyInline):
         return _t("cleared at %(moment)s: %(why)s") % {"moment": moment, "why": why}
 
 
-class StepAttemptInline(ReadOnlyInline):
+class StepAttemptInline(PositionColumn, ReadOnlyInline):
     """The attempts of the steps that took more than one (failed and retried, lost with their executor): an
     error stays visible here after its step succeeded, and a lost attempt says a side effect may have run twice."""
 
     model = StepAttempt
     verbose_name = _("step attempt")
     verbose_name_plural = _("attempt history (steps that took more than one attempt)")
-    fields = ("seq", "attempt", "outcome_badge", "executor", "started_at", "finished_at", "error_message")
+    fields = ("anchored_position", "attempt", "outcome_badge", "executor", "started_at", "finished_at", "error_message")
     readonly_fields = fields
     ordering = ("seq", "attempt")
+
+    @admin.display(description=_("step"), ordering="seq")
+    def anchored_position(self, row: StepAttempt) -> str:
+        """The first attempt of a step is where the journal's "history" link lands."""
+        if row.attempt != 1:
+            return self.position(row)
+        return format_html('<span id="weft-attempts-{}">{}</span>', row.seq, self.position(row))
 
     @admin.display(description=_("outcome"))
     def outcome_badge(self, row: StepAttempt) -> str:
@@ -167,13 +191,13 @@ class SignalInline(ReadOnlyInline):
         return preview(signal.payload)
 
 
-class EventInline(ReadOnlyInline):
+class EventInline(PositionColumn, ReadOnlyInline):
     """What the run published with ctx.set_event: each key's latest value."""
 
     model = WorkflowEvent
     verbose_name = _("event")
     verbose_name_plural = _("events (latest value per key)")
-    fields = ("key", "value_preview", "seq", "set_at")
+    fields = ("key", "value_preview", "position", "set_at")
     readonly_fields = fields
     ordering = ("key",)
 
@@ -182,13 +206,13 @@ class EventInline(ReadOnlyInline):
         return preview(event.value)
 
 
-class StreamEntryInline(ReadOnlyInline):
+class StreamEntryInline(PositionColumn, ReadOnlyInline):
     """What the run wrote with ctx.write_stream, in order (a closed stream ends with its close)."""
 
     model = StreamEntry
     verbose_name = _("stream entry")
     verbose_name_plural = _("streams")
-    fields = ("key", "value_preview", "seq", "written_at")
+    fields = ("key", "value_preview", "position", "written_at")
     readonly_fields = fields
     ordering = ("key", "id")
 
@@ -197,13 +221,13 @@ class StreamEntryInline(ReadOnlyInline):
         return _t("(stream closed)") if entry.closed else preview(entry.value)
 
 
-class RunActionInline(ReadOnlyInline):
+class RunActionInline(PositionColumn, ReadOnlyInline):
     """What operators did to the run's steps (step controls), newest last."""
 
     model = RunAction
     verbose_name = _("operator action")
     verbose_name_plural = _("operator actions on steps")
-    fields = ("at", "seq", "action", "requested_by", "detail")
+    fields = ("at", "position", "action", "requested_by", "detail")
     readonly_fields = fields
     ordering = ("at", "id")
 
@@ -226,9 +250,9 @@ def hidden_token() -> str:
                        _t("hidden — needs the %(permission)s permission") % {"permission": perm})
 
 
-class AsyncActivityInline(ReadOnlyInline):
+class AsyncActivityInline(PositionColumn, ReadOnlyInline):
     model = AsyncActivity
-    fields = ("seq", "attempt", "activity", "status", "token_copy", "created_at", "resolved_at")
+    fields = ("position", "attempt", "activity", "status", "token_copy", "created_at", "resolved_at")
     readonly_fields = (*fields, "token_hidden")
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:

@@ -21,6 +21,7 @@ from django_weft.admin import common
 from django_weft.admin.common import BADGE_COLOURS, human_duration
 from django_weft.common import clock
 from django_weft.common.codec import decode
+from django_weft.common.positions import missing_positions, position_label
 from django_weft.models import StepKind, StepStatus, Workflow, WorkflowStep
 
 # What a branch that lost a race records (runtime.replay.branches.Branches.race).
@@ -31,6 +32,8 @@ MAX_OVERLAPS_NAMED = 5
 MAX_UNRECORDED_NAMED = 10
 # Where the scale is labelled, as fractions of the timeline.
 TICKS = (0.0, 0.25, 0.5, 0.75, 1.0)
+# How much of the timeline one character of a label takes (11 px text on a track of about 800 px at 1280 px).
+LABEL_SHARE_PER_CHAR = 0.008
 # The shortest span a timeline divides by, so a run whose steps all took no time still draws.
 MIN_TOTAL = timedelta(milliseconds=1)
 
@@ -81,6 +84,20 @@ class Bar:
     instant: bool
     role: str = ""  # "won", "lost", "race" or ""
     notes: list[str] = field(default_factory=list)
+    start_share: float = 0.0  # where the bar starts and ends, as fractions of the timeline
+    end_share: float = 0.0
+    beside: str = ""  # "after" or "before": a bar too narrow for its label has it written beside it
+
+    @property
+    def beside_css(self) -> str:
+        """Where the label of a narrow bar goes: just after its end, or just before its start."""
+        if self.beside == "after":
+            return f"left: calc({100 * self.end_share:.3f}% + 4px)"
+        return f"right: calc({100 - 100 * self.start_share:.3f}% + 4px)"
+
+    @property
+    def position(self) -> str:
+        return position_label(self.seq)
 
     @property
     def colour(self) -> str:
@@ -96,11 +113,11 @@ class Bar:
     @property
     def label(self) -> str:
         mark = {"won": "★ ", "lost": "✕ "}.get(self.role, "")
-        return f"{mark}#{self.seq} {self.name}"
+        return f"{mark}#{self.position} {self.name}"
 
     @property
     def title(self) -> str:
-        head = f"#{self.seq} {self.kind_label} {self.name}: {self.status_label}, {self.offset}, {self.length}"
+        head = f"#{self.position} {self.kind_label} {self.name}: {self.status_label}, {self.offset}, {self.length}"
         return "; ".join([head, *self.notes])
 
 
@@ -168,9 +185,12 @@ def origin_of(run: Workflow, spans: Sequence[Span]) -> datetime:
     return min([run.started_at, *starts]) if run.started_at is not None else min(starts)
 
 
+def share(part: timedelta, total: timedelta) -> float:
+    return max(0.0, min(1.0, part / total))
+
+
 def percent(part: timedelta, total: timedelta) -> str:
-    share = max(0.0, min(100.0, 100 * part / total))
-    return f"{share:.3f}%"
+    return f"{100 * share(part, total):.3f}%"
 
 
 def offset_label(delta: timedelta) -> str:
@@ -264,7 +284,7 @@ def race_notes(seq: int, races: Races) -> tuple[str, list[str]]:
         index, winner = races.index[seq], races.winner.get(seq)
         if winner is not None:
             return "race", [_t("race winner: step %(winner)s (branch %(index)s)") % {
-                "winner": winner, "index": "?" if index is None else index}]
+                "winner": position_label(winner), "index": "?" if index is None else index}]
         if index is not None:
             return "race", [_t("race winner: branch %(index)s") % {"index": index}]
         return "race", [_t("race winner: unreadable")]
@@ -272,9 +292,9 @@ def race_notes(seq: int, races: Races) -> tuple[str, list[str]]:
         race = races.lost[seq]
         if race is None:
             return "lost", [_t("cancelled: lost a race")]
-        return "lost", [_t("cancelled: lost race at step %(race)s") % {"race": race}]
+        return "lost", [_t("cancelled: lost race at step %(race)s") % {"race": position_label(race)}]
     if seq in races.won:
-        return "won", [_t("won race at step %(race)s") % {"race": races.won[seq]}]
+        return "won", [_t("won race at step %(race)s") % {"race": position_label(races.won[seq])}]
     return "", []
 
 
@@ -283,7 +303,7 @@ def race_notes(seq: int, races: Races) -> tuple[str, list[str]]:
 
 def named(seqs: Sequence[int], limit: int) -> str:
     """ "#2, #5 and 3 more"."""
-    shown = ", ".join(f"#{seq}" for seq in seqs[:limit])
+    shown = ", ".join(f"#{position_label(seq)}" for seq in seqs[:limit])
     if len(seqs) > limit:
         return _t("%(shown)s and %(more)d more") % {"shown": shown, "more": len(seqs) - limit}
     return shown
@@ -302,10 +322,15 @@ def open_note(run: Workflow, step: WorkflowStep) -> list[str]:
 
 
 def unrecorded(steps: Sequence[WorkflowStep]) -> list[int]:
-    """Journal positions below the last one that have no row: branches started whose row is written only
-    when they settle."""
-    seqs = {step.seq for step in steps}
-    return [seq for seq in range(1, max(seqs, default=0)) if seq not in seqs]
+    """Journal positions below the last one (of the run's own, and of each branch's block) that have no row:
+    branches started whose row is written only when they settle."""
+    return missing_positions({step.seq for step in steps})
+
+
+def attempts_note(step: WorkflowStep) -> list[str]:
+    if step.attempt <= 1:
+        return []
+    return [_t("attempt %(attempt)s: the earlier ones are in the attempt history") % {"attempt": step.attempt}]
 
 
 def unrecorded_note(run: Workflow) -> str:
@@ -331,7 +356,22 @@ def make_bar(step: WorkflowStep, span: Span, lane: int, origin: datetime, total:
         offset=offset_label(span.start - origin),
         length=_t("%(length)s so far") % {"length": length} if span.open and ongoing else length,
         open=span.open, instant=span.instant, role=role, notes=notes,
+        start_share=share(span.start - origin, total), end_share=share(span.end - origin, total),
     )
+
+
+def label_beside(lanes: Sequence[Sequence[Bar]]) -> None:
+    """Short bars (a quick step among long ones, a branch that took a millisecond) cannot hold their label: it
+    is written just after the bar, or just before it, where the lane has room; else only the tooltip has it."""
+    for lane in lanes:
+        ordered = sorted(lane, key=lambda bar: bar.start_share)
+        for i, bar in enumerate(ordered):
+            needed = LABEL_SHARE_PER_CHAR * (len(bar.label) + 1)
+            if bar.end_share - bar.start_share >= needed:
+                continue
+            room_after = (ordered[i + 1].start_share if i + 1 < len(ordered) else 1.0) - bar.end_share
+            room_before = bar.start_share - (ordered[i - 1].end_share if i else 0.0)
+            bar.beside = "after" if room_after >= needed else "before" if room_before >= needed else ""
 
 
 def in_lanes(bars: Sequence[Bar]) -> list[list[Bar]]:
@@ -353,12 +393,14 @@ def build_timeline(run: Workflow, steps: Sequence[WorkflowStep], now: datetime |
     bars = []
     for step in steps:
         role, notes = race_notes(step.seq, races)
-        notes = [*notes, *overlap_note(overlaps[step.seq]), *open_note(run, step)]
+        notes = [*notes, *overlap_note(overlaps[step.seq]), *open_note(run, step), *attempts_note(step)]
         bars.append(make_bar(step, spans[step.seq], lanes[step.seq], origin, total, role, notes,
                              ongoing=not run.is_finished))
     truncated = len(steps) >= common.MAX_INLINE_ROWS
     missing = [] if truncated else unrecorded(steps)
-    return Timeline(origin=origin, lanes=in_lanes(bars), bars=bars, ticks=ticks(total),
+    lanes_of_bars = in_lanes(bars)
+    label_beside(lanes_of_bars)
+    return Timeline(origin=origin, lanes=lanes_of_bars, bars=bars, ticks=ticks(total),
                     unrecorded=named(missing, MAX_UNRECORDED_NAMED) if missing else "",
                     unrecorded_note=unrecorded_note(run) if missing else "",
                     truncated_at=common.MAX_INLINE_ROWS if truncated else None)
