@@ -19,7 +19,8 @@ pytestmark = pytest.mark.django_db
 failures = {"left": 0, "calls": 0}
 
 
-@weft.activity(name="controls.flaky", retry=weft.RetryPolicy(max_attempts=2, initial_backoff=3600))
+@weft.activity(name="controls.flaky", retry=weft.RetryPolicy(max_attempts=2, initial_backoff=3600,
+                                                                     max_backoff=3600))
 def flaky() -> str:
     failures["calls"] += 1
     if failures["left"]:

@@ -52,6 +52,9 @@ class RetryPolicy:
                            to_seconds(self.initial_backoff, "RetryPolicy.initial_backoff", allow_zero=True))
         object.__setattr__(self, "max_backoff",
                            to_seconds(self.max_backoff, "RetryPolicy.max_backoff", allow_zero=True))
+        if self.initial_backoff > self.max_backoff:  # else the first wait would silently be max_backoff
+            raise InvalidArgument(f"RetryPolicy.initial_backoff ({self.initial_backoff:g} s) is above its max_backoff "
+                                  f"({self.max_backoff:g} s): no wait is longer than max_backoff; raise it too")
         multiplier = self.backoff_multiplier
         try:
             finite = isinstance(multiplier, int | float) and not isinstance(multiplier, bool) and math.isfinite(
