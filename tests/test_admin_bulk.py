@@ -179,3 +179,27 @@ def test_a_large_set_is_warned_about_and_never_wrapped_in_one_request_transactio
     assert "the request may time out" in staff_client.get(bulk_url("cancel", "status__exact=pending")).content.decode()
     view = resolve(reverse("admin:django_weft_workflow_bulk", args=["cancel"])).func
     assert connection.alias in getattr(view, "_non_atomic_requests", set())  # ATOMIC_REQUESTS leaves it alone
+
+
+def test_a_reason_given_on_the_confirmation_page_is_confirmed_and_recorded(staff_client):
+    runs = started(2)
+    query = "status__exact=pending&type=test.long_sleep"
+    body = staff_client.get(bulk_url("cancel", query)).content.decode()
+    assert 'name="weft_reason"' in body  # asked for, as the list's action and weft_runs ask
+    assert '<input type="hidden" name="type" value="test.long_sleep">' in body  # the filter stays with it
+    with_reason = query + "&weft_reason=duplicate+orders+from+the+import"
+    page = staff_client.get(bulk_url("cancel", with_reason))
+    assert page.context["preview"].matched == 2 and "duplicate orders from the import" in page.content.decode()
+    # The preview's token was issued for that reason: posted back to the same URL, it acts.
+    done = staff_client.post(bulk_url("cancel", with_reason),
+                             {"confirmation_token": page.context["preview"].confirmation_token})
+    assert done.status_code == 302 and "weft_reason" not in done["Location"]
+    assert statuses(runs) == {RunStatus.CANCELLED}
+    message = Workflow.objects.get(pk=runs[0].run_id).error["message"]
+    assert message == "cancelled by admin in the admin (all runs matching a filter): duplicate orders from the import"
+    # The token of the preview without a reason does not confirm one with a reason.
+    more = started(1)
+    plain = staff_client.get(bulk_url("cancel", query)).context["preview"].confirmation_token
+    refused = staff_client.post(bulk_url("cancel", with_reason), {"confirmation_token": plain})
+    assert refused.status_code == 200 and statuses(more) == {RunStatus.PENDING}
+    assert "other arguments" in refused.content.decode()

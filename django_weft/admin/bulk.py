@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from django_stubs_ext import StrOrPromise
 
 # Changelist parameters that do not narrow the list (ordering, page, popups, the error flag, "show all").
-IGNORED = frozenset({"o", "p", "e", "all", "_to_field", "_popup"})
+IGNORED = frozenset({"o", "p", "e", "all", "_to_field", "_popup", "weft_reason"})  # weft_reason: REASON_PARAMETER
 # Matches counted for the changelist's link, at most ("1000+" beyond).
 COUNT_CAP = 1000
 # From this many runs on, the confirmation page warns that a web request may not live long enough.
@@ -136,9 +136,16 @@ def changelist_filters(params: QueryDict) -> tuple[dict[str, Any], list[str]]:
 # --- the operations --------------------------------------------------------------------------------------
 
 
+# The reason an operator gives on the confirmation page: a query parameter, so the preview's confirmation token
+# (which binds the operation's arguments) is issued for it, and the "Yes" form posts to the same URL.
+REASON_PARAMETER = "weft_reason"
+
+
 def _reason(verb: str) -> Callable[[HttpRequest], str]:
     def reason(request: HttpRequest) -> str:
-        return f"{verb} by {request.user.get_username()} in the admin (all runs matching a filter)"
+        recorded = f"{verb} by {request.user.get_username()} in the admin (all runs matching a filter)"
+        given = request.GET.get(REASON_PARAMETER, "").strip()
+        return f"{recorded}: {given}" if given else recorded
 
     return reason
 
@@ -197,7 +204,7 @@ def _changelist_url(query: str) -> str:
 
 def _query(request: HttpRequest) -> str:
     params = request.GET.copy()
-    for name in ("o", "p", "e"):
+    for name in ("o", "p", "e", REASON_PARAMETER):
         params.pop(name, None)
     return params.urlencode()
 
@@ -243,7 +250,11 @@ def bulk_view(model_admin: Any, request: HttpRequest, name: str) -> HttpResponse
     query = _query(request)
     filters, unsupported = changelist_filters(request.GET)
     context: dict[str, Any] = {"action": action, "changelist_url": _changelist_url(query),
-                               "unsupported": unsupported, "filtered": bool(filters)}
+                               "unsupported": unsupported, "filtered": bool(filters),
+                               "asks_reason": action.reason is not None, "reason_parameter": REASON_PARAMETER,
+                               "reason_given": request.GET.get(REASON_PARAMETER, "").strip(),
+                               "filter_parameters": [(name, value) for name, values in request.GET.lists()
+                                                     if name != REASON_PARAMETER for value in values]}
     if filters and not unsupported:
         operation = bulk.OPERATIONS[action.operation]
         args = [action.reason(request)] if action.reason is not None else []

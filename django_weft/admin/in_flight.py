@@ -9,6 +9,7 @@ from django.utils.translation import gettext_lazy as _
 
 from django_weft.admin.common import moment
 from django_weft.common import privacy
+from django_weft.common.positions import position_label
 from django_weft.models import Workflow
 from django_weft.services.pending_activities import (
     RETRIES_PAUSED,
@@ -45,6 +46,7 @@ def in_flight_rows(run: Workflow, control_url: str = "") -> list[dict[str, Any]]
     for item in pending_activities(run):
         row = item.as_dict()
         row["state_label"] = STATE_LABELS.get(item.state, item.state)
+        row["position"] = position_label(item.seq)
         for name in ("started_at", "last_heartbeat_at", "timeout_at", "next_retry_at"):  # as the rest of the page
             row[name] = moment(getattr(item, name)) if getattr(item, name) is not None else None
         details = item.heartbeat_details
