@@ -188,3 +188,18 @@ def test_a_row_left_by_a_dead_executor_goes_once_its_step_settled(weft_env):
     assert handle.pending_activities() == []  # a finished run has none in flight
     weft.run_maintenance()
     assert not AttemptInFlight.objects.exists()
+
+
+def test_a_running_run_with_nothing_in_flight_says_what_it_is_doing(staff_client):
+    # One executor thread busy with another run's long activity: this run is claimed, and nothing of it runs.
+    handle = weft.start("inflight.quick", 1, workflow_id="claimed-behind")
+    from django_weft.models import Workflow
+
+    Workflow.objects.filter(pk=handle.run_id).update(status=RunStatus.RUNNING, lease_owner="worker-7:4242")
+    page = staff_client.get(f"/admin/django_weft/workflow/{handle.run_id}/change/").content.decode()
+    panel = page.split('id="weft-in-flight"', 1)[1].split("</fieldset>", 1)[0]
+    assert "No activity attempt of this run has been running for over a second" in panel
+    assert "claimed by worker-7:4242" in panel and "waiting for a free thread" in panel
+    Workflow.objects.filter(pk=handle.run_id).update(status=RunStatus.WAITING, lease_owner="")
+    page = staff_client.get(f"/admin/django_weft/workflow/{handle.run_id}/change/").content.decode()
+    assert 'id="weft-in-flight"' not in page  # a waiting run says what it waits for elsewhere

@@ -315,6 +315,8 @@ class WorkflowAdmin(PayloadPrivacyMixin, OperationsMixin, ReadOnlyMixin, admin.M
             control_url = (reverse("admin:django_weft_workflow_step_control", args=[obj.pk])
                            if self.has_retry_permission(request) and not obj.is_finished else "")
             context["weft_in_flight"] = in_flight_rows(obj, control_url)  # first: what a stuck-looking run does
+            # A run shown as running with nothing in flight looks stuck: say what it does.
+            context["weft_in_flight_idle"] = obj.status == RunStatus.RUNNING and not context["weft_in_flight"]
         if obj is not None:  # the branch timeline, from the rows the journal inline loaded
             context["weft_timeline"] = build_timeline(obj, journal_rows(context, obj))
             # The Queries panel (read-only: whoever may view the run), and links to send updates.
