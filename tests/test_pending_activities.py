@@ -203,3 +203,30 @@ def test_a_running_run_with_nothing_in_flight_says_what_it_is_doing(staff_client
     Workflow.objects.filter(pk=handle.run_id).update(status=RunStatus.WAITING, lease_owner="")
     page = staff_client.get(f"/admin/django_weft/workflow/{handle.run_id}/change/").content.decode()
     assert 'id="weft-in-flight"' not in page  # a waiting run says what it waits for elsewhere
+
+
+def test_an_attempt_whose_executor_went_silent_says_so(staff_client, api):
+    # What the page showed for 30 s after a kill -9 of weft_maintenance: "running", on a dead process.
+    from datetime import timedelta as td
+
+    from django.utils import timezone
+
+    from django_weft.models import Executor, ExecutorKind, Workflow
+
+    handle = weft.start("inflight.slow", "silent", workflow_id="silent-executor")
+    now = timezone.now()
+    Workflow.objects.filter(pk=handle.run_id).update(status=RunStatus.RUNNING, lease_owner="worker-7:4242:99")
+    AttemptInFlight.objects.create(run_id=handle.run_id, seq=1, attempt=1, activity="inflight.slow",
+                                   executor="worker-7:4242:99", started_at=now - td(seconds=50), published_at=now)
+    executor = Executor.objects.create(kind=ExecutorKind.LOOP, host="worker-7", pid=4242, threads=1,
+                                       started_at=now - td(minutes=5), last_seen=now - td(seconds=45),
+                                       expires_at=now - td(seconds=15))
+    [item] = handle.pending_activities()
+    assert (item.state, item.executor_silent, item.executor_last_seen) == ("running", True, executor.last_seen)
+    assert api.get("runs/silent-executor/pending_activities").json()["pending_activities"][0]["executor_silent"]
+    panel = staff_client.get(f"/admin/django_weft/workflow/{handle.run_id}/change/").content.decode()
+    assert "its executor has not been seen since" in panel and "takes the run over" in panel
+    Executor.objects.filter(pk=executor.pk).update(last_seen=timezone.now())  # it was only slow to beat
+    assert [p.executor_silent for p in handle.pending_activities()] == [False]
+    AttemptInFlight.objects.update(executor="in-caller")  # no process row to tell by: not guessed
+    assert [p.executor_silent for p in handle.pending_activities()] == [None]

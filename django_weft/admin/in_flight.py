@@ -46,6 +46,10 @@ def in_flight_rows(run: Workflow, control_url: str = "") -> list[dict[str, Any]]
     for item in pending_activities(run):
         row = item.as_dict()
         row["state_label"] = STATE_LABELS.get(item.state, item.state)
+        if item.executor_silent:
+            row["state_label"] = _("running, but its executor has not been seen since %(moment)s (killed or stalled): "
+                                   "another executor takes the run over once its lease runs out") % {
+                "moment": moment(item.executor_last_seen)}
         row["position"] = position_label(item.seq)
         for name in ("started_at", "last_heartbeat_at", "timeout_at", "next_retry_at"):  # as the rest of the page
             row[name] = moment(getattr(item, name)) if getattr(item, name) is not None else None

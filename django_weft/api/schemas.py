@@ -199,6 +199,11 @@ class PendingActivityOut(Schema):
     last_error: dict[str, Any] | None = None
     last_heartbeat_at: dt.datetime | None
     heartbeat_details: Any = None
+    executor_last_seen: dt.datetime | None = Field(
+        None, description="Running attempts: when the executor's process last renewed its heartbeat row.")
+    executor_silent: bool | None = Field(
+        None, description="Running attempts: that process has not been seen for two heartbeats (killed or stalled); "
+                          "the run is taken over once its lease runs out. Null when no row tells.")
 
 
 class PendingActivitiesOut(Schema):

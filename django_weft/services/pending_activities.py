@@ -9,11 +9,13 @@ there is one.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from datetime import datetime
+from dataclasses import asdict, dataclass, replace
+from datetime import datetime, timedelta
 from typing import Any
 
+from django_weft.common import clock
 from django_weft.common.codec import decode
+from django_weft.conf import weft_settings
 from django_weft.models import (
     ActivityHeartbeat,
     ActivitySlot,
@@ -21,6 +23,7 @@ from django_weft.models import (
     AsyncActivity,
     AsyncStatus,
     AttemptInFlight,
+    Executor,
     StepControl,
     StepKind,
     StepStatus,
@@ -35,6 +38,8 @@ WAITING_FOR_COMPLETION = "waiting_for_completion"
 WAITING_FOR_RETRY = "waiting_for_retry"
 WAITING_FOR_SLOT = "waiting_for_slot"
 RETRIES_PAUSED = "retries_paused"  # waiting to retry, and an operator paused its retries
+# An executor process whose heartbeat row is older than this many WEFT_HEARTBEAT_SECONDS is reported silent.
+SILENT_BEATS = 2
 
 
 @dataclass(frozen=True)
@@ -52,6 +57,10 @@ class PendingActivity:
     last_error: dict | None = None
     last_heartbeat_at: datetime | None = None
     heartbeat_details: Any = None
+    # Running attempts: when their executor process last renewed its heartbeat row, and whether that is over two
+    # beats ago (killed or stalled: the run is taken over once its lease runs out). None: no row to tell.
+    executor_last_seen: datetime | None = None
+    executor_silent: bool | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -111,7 +120,32 @@ def pending_activities(run: Workflow) -> list[PendingActivity]:
         found[slot.seq] = PendingActivity(
             seq=slot.seq, activity=slot.activity, attempt=(step.attempt + 1) if step else 1, state=WAITING_FOR_SLOT,
             started_at=None, last_error=step.error if step else None)
-    return [found[seq] for seq in sorted(found)]
+    return _with_executors([found[seq] for seq in sorted(found)])
+
+
+def _process_of(executor: str) -> tuple[str, int] | None:
+    """(host, pid) of an executor id "host:pid:thread" (services.maintenance.default_owner)."""
+    host, _, pid = executor.rpartition(":")[0].rpartition(":")
+    return (host, int(pid)) if host and pid.isdigit() else None
+
+
+def _with_executors(items: list[PendingActivity]) -> list[PendingActivity]:
+    """Running attempts with their executor process's last heartbeat (one query, only if one is running)."""
+    processes = {item.executor: _process_of(item.executor) for item in items if item.state == RUNNING}
+    known = {p for p in processes.values() if p is not None}
+    if not known:
+        return items
+    rows = Executor.objects.filter(host__in={h for h, _ in known}, pid__in={p for _, p in known}).values_list(
+        "host", "pid", "last_seen")
+    seen = {(host, pid): last for host, pid, last in rows}
+    silent_before = clock.now() - timedelta(seconds=SILENT_BEATS * weft_settings.HEARTBEAT_SECONDS)
+    out = []
+    for item in items:
+        last = seen.get(processes.get(item.executor) or ("", -1))
+        if item.state == RUNNING and last is not None:
+            item = replace(item, executor_last_seen=last, executor_silent=last < silent_before)
+        out.append(item)
+    return out
 
 
 def _with_beat(item: PendingActivity, beat: ActivityHeartbeat | None) -> PendingActivity:

@@ -41,8 +41,8 @@ JOURNAL_COLUMNS = ("seq", "kind", "name", "status", "attempt", "started_at", "fi
 ATTEMPT_COLUMNS = ("seq", "attempt", "outcome", "executor", "started_at", "finished_at")
 STEP_CONTROLS = {"fire-now": "fire_timer_now", "reset-attempts": "reset_attempts", "pause-retries": "pause_retries",
                  "unpause-retries": "unpause_retries", "set-options": "set_activity_options"}
-IN_FLIGHT_COLUMNS = ("seq", "activity", "attempt", "state", "started_at", "executor", "last_heartbeat_at",
-                     "timeout_at", "next_retry_at")
+IN_FLIGHT_COLUMNS = ("seq", "activity", "attempt", "state", "started_at", "executor", "executor_silent",
+                     "last_heartbeat_at", "timeout_at", "next_retry_at")
 
 
 class Command(BaseCommand):
