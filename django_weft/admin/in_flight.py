@@ -55,7 +55,7 @@ def in_flight_rows(run: Workflow, control_url: str = "") -> list[dict[str, Any]]
             row[name] = moment(getattr(item, name)) if getattr(item, name) is not None else None
         details = item.heartbeat_details
         row["details_text"] = "" if details is None else privacy.shown_value(
-            json.dumps(details, indent=2, ensure_ascii=False, default=str) if privacy.visible() else "")
+            json.dumps(details, ensure_ascii=False, default=str) if privacy.visible() else "")  # compact: a narrow cell
         row["error_text"] = (f"{item.last_error.get('type')}: {item.last_error.get('message')}"
                              if item.last_error else "")
         row["controls"] = [{"label": label, "url": f"{control_url}?seq={item.seq}&control={name}"}
