@@ -23,10 +23,17 @@ each; ``amount`` (decimal, log-uniform from 1.00 to 10,000.00) and ``due`` (date
 ``created_at``) on the order and payment runs (65%). The values are pseudo-random but fixed by the run's
 number (a hash), so a seed is repeatable.
 
+:func:`seed_big_run` adds one waiting run of 1,000 journal rows (``bulk_create``): 50 branches of code
+(``ctx.start_branch``, in groups of 10 overlapping in time, each with its rows at ``branch_block(start) + n``),
+gathers of 8 activities overlapping in time, sleeps, every 10th activity retried twice (its ``StepAttempt`` rows and
+retry backoff timers), signal waits with the signals they consumed, and a last signal wait pending with its timeout
+timer. Its code (:func:`big_run`) is registered, so the page's Queries panel replays the journal as for a real run.
+It is deleted and written again on every timing, and deleted with the other seeded runs by :func:`cleanup`.
+
 :func:`time_admin_pages` requests the run changelist (unfiltered, by status, by type, by a created-date
-range, a search by workflow id) and a run's detail page through Django's test ``Client`` in this process,
-as a superuser. It reports the median and max server time over several repetitions and, from one
-extra captured request per page, the number of SQL statements, their total time, and any ``COUNT(`` that is
+range, a search by workflow id), a run's detail page and the big run's page through Django's test ``Client`` in
+this process, as a superuser. It reports the p50, p95 and max server time over ``repetitions`` requests and, from
+one extra captured request per page, the number of SQL statements, their total time, and any ``COUNT(`` that is
 not bounded by a ``LIMIT`` (a full-table count).
 """
 
@@ -50,13 +57,30 @@ from django.test.utils import CaptureQueriesContext
 from django_weft.common import clock
 from django_weft.common.attributes import COLUMNS as attribute_columns
 from django_weft.common.attributes import to_json
-from django_weft.models import RunStatus, SearchAttributeValue, Workflow, WorkflowStep
+from django_weft.common.codec import encode
+from django_weft.common.positions import BRANCH_BASE, branch_block
+from django_weft.common.registry import workflow
+from django_weft.models import (
+    AttemptOutcome,
+    RunStatus,
+    SearchAttributeValue,
+    Signal,
+    StepAttempt,
+    StepKind,
+    StepStatus,
+    Timer,
+    TimerPurpose,
+    Workflow,
+    WorkflowStep,
+)
+from django_weft.runtime.activities import activity
 
 SEED_PREFIX = "bench.seed."
 SEED_ID_PREFIX = "bench-seed-"
 SEED_ADMIN_USERNAME = "weft-bench-seed-admin"
 SEED_CHUNK = 100_000
 SQLITE_MAX_RUNS = 50_000
+DEFAULT_REPETITIONS = 20  # timed requests per admin page (after one warm-up and one with its queries captured)
 HISTORY_DAYS = 365
 # Per mille, cumulative; the hash below spreads them over the table.
 STATUS_MIX = [
@@ -147,9 +171,15 @@ def seed(runs: int, steps_per_run: int = 10, progress: Progress | None = None, *
             "steps": runs * steps_per_run, "attributes": attributes, "seed_seconds": round(seeded, 1)}
 
 
+def seeded_count() -> int:
+    """The seeded runs on the database (the big run included)."""
+    return Workflow.objects.using(_db()).filter(workflow_type__startswith=SEED_PREFIX).count()
+
+
 def _first_index(connection: Any) -> int:
     """Seeded numbering continues after earlier seeds, so workflow ids stay unique."""
-    return Workflow.objects.using(connection.alias).filter(workflow_type__startswith=SEED_PREFIX).count()
+    return Workflow.objects.using(connection.alias).filter(workflow_type__startswith=SEED_PREFIX).exclude(
+        workflow_id=BIG_RUN_ID).count()
 
 
 def _hash_sql(k: int) -> str:
@@ -317,6 +347,10 @@ def cleanup(progress: Progress | None = None) -> dict[str, int]:
     alias = _db()
     connection = connections[alias]
     seeded = Workflow.objects.using(alias).filter(workflow_type__startswith=SEED_PREFIX)
+    # The big run first, through the ORM: its attempts, timers and signals go with it.
+    big = Workflow.objects.using(alias).filter(workflow_type=BIG_RUN_TYPE).delete()[1]
+    if big:
+        progress(f"deleted the big run: {sum(big.values())} rows")
     if connection.vendor == "postgresql":
         wf, st = Workflow._meta.db_table, WorkflowStep._meta.db_table
         sav = SearchAttributeValue._meta.db_table
@@ -328,7 +362,7 @@ def cleanup(progress: Progress | None = None) -> dict[str, int]:
                            "WHERE workflow_type LIKE %s)", [SEED_PREFIX + "%"])
             steps = cursor.rowcount
             progress(f"deleted {steps} journal rows")
-        # Runs, in chunks (seeded runs have no timers, signals or async rows to cascade to).
+        # Runs, in chunks (the others have no attempts, timers, signals or async rows to cascade to).
         runs = 0
         while True:
             ids = list(seeded.values_list("pk", flat=True)[:50_000])
@@ -344,6 +378,206 @@ def cleanup(progress: Progress | None = None) -> dict[str, int]:
         runs = seeded.delete()[1].get(Workflow._meta.label, 0)
     get_user_model().objects.using(alias).filter(username=SEED_ADMIN_USERNAME).delete()
     return {"runs_deleted": runs, "steps_deleted": steps}
+
+
+# --- the big run: one run page with a long journal ------------------------------------------------------
+
+BIG_RUN_ID = SEED_ID_PREFIX + "big-run"
+BIG_RUN_TYPE = SEED_PREFIX + "big"
+BIG_STEP = SEED_PREFIX + "big.step"
+BIG_STEPS, BIG_BRANCHES = 1000, 50
+BRANCH_GROUP = 10  # code branches started together, overlapping in time
+BRANCH_ROWS = 3  # each code branch's rows in its block: an activity, a one-second sleep, an activity
+GATHER = 8  # activities started together (ctx.start_activity + ctx.gather), overlapping in time
+BIG_SIGNALS = 5  # signal waits, each consuming a signal "approve"
+RETRY_EVERY = 10  # every 10th activity of the run's own took 3 attempts (2 failed, then retry backoff timers)
+BIG_SIGNAL = "approve"
+BIG_PAGE = "detail big run"
+
+
+@activity(name=BIG_STEP)
+def big_step(i: int) -> int:
+    """The big run's activity (never executed by the bench: its journal is seeded; the code replays it)."""
+    return i
+
+
+def big_branch(ctx: Any, k: int) -> int:
+    """A code branch of the big run: an activity, a one-second sleep, an activity (its block's three rows)."""
+    first = ctx.run(big_step, k)
+    ctx.sleep(1)
+    return first + ctx.run(big_step, k + 1)
+
+
+def big_plan(steps: int, branches: int) -> list[tuple[str, int]]:
+    """The operations of a big run of ``steps`` journal rows (the code branches' rows included), in order, as
+    (operation, count): a cycle of 12 activities, a gather of 8, a group of up to 10 code branches (while there
+    are some to start), a sleep, 4 activities and a signal wait (the first 5 cycles); the last row is a signal
+    wait with a timeout, still waiting. Operations that do not fit the rows left become single activities."""
+    left, branches_left, signals_left = steps - 1, branches, BIG_SIGNALS
+    plan: list[tuple[str, int]] = []
+
+    def add(op: str, count: int, rows: int) -> None:
+        nonlocal left
+        if rows <= left:
+            plan.append((op, count))
+            left -= rows
+        else:
+            plan.extend(("activity", 1) for _ in range(left))
+            left = 0
+
+    while left > 0:
+        for _ in range(12):
+            add("activity", 1, 1)
+        add("gather", GATHER, GATHER)
+        if branches_left:
+            group = min(BRANCH_GROUP, branches_left)
+            before = left
+            add("branches", group, group * (1 + BRANCH_ROWS))
+            if left != before - group * (1 + BRANCH_ROWS):
+                break
+            branches_left -= group
+        add("sleep", 1, 1)
+        for _ in range(4):
+            add("activity", 1, 1)
+        if signals_left:
+            add("signal", 1, 1)
+            signals_left -= 1
+    if steps > 0:
+        plan.append(("wait", 1))
+    return plan
+
+
+@workflow(name=BIG_RUN_TYPE)
+def big_run(ctx: Any, spec: dict) -> int:
+    """The code of the big run (registered so its page's Queries panel replays its journal, as for a real run)."""
+    done = {"steps": 0}
+    ctx.set_query_handler("progress", lambda: dict(done))
+    for i, (op, count) in enumerate(big_plan(spec["steps"], spec["branches"])):
+        if op == "activity":
+            ctx.run(big_step, i)
+        elif op == "gather":
+            ctx.gather(*[ctx.start_activity(big_step, k) for k in range(count)])
+        elif op == "branches":
+            ctx.gather(*[ctx.start_branch(big_branch, k) for k in range(count)])
+        elif op == "sleep":
+            ctx.sleep(1)
+        elif op == "signal":
+            ctx.wait_for_signal(BIG_SIGNAL)
+        else:
+            ctx.wait_for_signal(BIG_SIGNAL, timeout=timedelta(days=400))
+        done["steps"] += count
+    return done["steps"]
+
+
+def seed_big_run(steps: int = BIG_STEPS, branches: int = BIG_BRANCHES, *, workflow_id: str = BIG_RUN_ID,
+                 using: str | None = None) -> dict[str, Any]:
+    """One waiting run of ``steps`` journal rows (``bulk_create``; any earlier run of ``workflow_id`` is deleted
+    first), as the engine writes them: activities in sequence, gathers of ``GATHER`` activities started together,
+    ``branches`` code branches in groups of ``BRANCH_GROUP`` started together (each a row at its start position and
+    ``BRANCH_ROWS`` rows at ``branch_block(start) + 1..``), sleeps with their fired timers, every ``RETRY_EVERY``th
+    activity of its own retried twice (its ``StepAttempt`` rows and retry backoff timers), signal waits with the
+    signals they consumed, one more signal buffered, and a last signal wait pending with its timeout timer. Returns
+    the run's id and its row counts."""
+    alias = using or _db()
+    Workflow.objects.using(alias).filter(workflow_id=workflow_id, workflow_type=BIG_RUN_TYPE).delete()
+    plan = big_plan(steps, branches)
+    now = clock.now()
+    at = now - timedelta(hours=1)  # the run started an hour ago; it has waited since its last step
+    ms = timedelta(milliseconds=1)
+    run = Workflow(workflow_id=workflow_id, workflow_type=BIG_RUN_TYPE, status=RunStatus.WAITING,
+                   input=encode({"steps": steps, "branches": branches}), created_at=at, started_at=at,
+                   awaiting_signals=[BIG_SIGNAL])
+    journal: list[WorkflowStep] = []
+    attempts: list[StepAttempt] = []
+    timers: list[Timer] = []
+    signals: list[Signal] = []
+    executor = "bench-seed-worker"
+
+    def step(seq: int, start: datetime, end: datetime | None, *, kind: str = StepKind.ACTIVITY,
+             name: str = BIG_STEP, value: Any = None, attempt: int = 1) -> None:
+        journal.append(WorkflowStep(run=run, seq=seq, kind=kind, name=name, attempt=attempt,
+                                    status=StepStatus.COMPLETED if end else StepStatus.WAITING,
+                                    result=None if value is None else encode(value), started_at=start,
+                                    finished_at=end))
+
+    seq, activities = 0, 0
+    for i, (op, count) in enumerate(plan):
+        if op == "activity":
+            seq += 1
+            activities += 1
+            if activities % RETRY_EVERY == 0:  # two failed attempts, a backoff of 1 s then 2 s, then success
+                starts = [at, at + 1050 * ms, at + 3100 * ms]
+                for n, start in enumerate(starts, start=1):
+                    failed = n < len(starts)
+                    attempts.append(StepAttempt(
+                        run=run, seq=seq, attempt=n, executor=executor, started_at=start, finished_at=start + 40 * ms,
+                        outcome=AttemptOutcome.FAILED if failed else AttemptOutcome.COMPLETED,
+                        error={"type": "ConnectionError", "message": "seeded flaky upstream", "attempt": n}
+                        if failed else None))
+                    if failed:
+                        timers.append(Timer(run=run, seq=seq, purpose=TimerPurpose.RETRY_BACKOFF,
+                                            fire_at=starts[n], fired_at=starts[n]))
+                step(seq, at, starts[-1] + 40 * ms, value=i, attempt=len(starts))
+                at = starts[-1] + 50 * ms
+            else:
+                step(seq, at, at + 40 * ms, value=i)
+                at += 50 * ms
+        elif op == "gather":
+            for k in range(count):
+                seq += 1
+                step(seq, at + k * ms, at + (200 + 50 * k) * ms, value=k)
+            at += (210 + 50 * count) * ms
+        elif op == "branches":
+            longest = at
+            for k in range(count):
+                seq += 1
+                start = at + k * ms
+                block = branch_block(seq)
+                step(block + 1, start, start + 30 * ms, value=k)
+                step(block + 2, start + 30 * ms, start + 1030 * ms, kind=StepKind.SLEEP, name="sleep")
+                timers.append(Timer(run=run, seq=block + 2, purpose=TimerPurpose.SLEEP, fire_at=start + 1030 * ms,
+                                    fired_at=start + 1030 * ms))
+                end = start + (1060 + 20 * k) * ms
+                step(block + 3, start + 1030 * ms, end, value=k + 1)
+                step(seq, start, end, kind=StepKind.BRANCH, name=big_branch.__qualname__, value=2 * k + 1)
+                longest = max(longest, end)
+            at = longest + 10 * ms
+        elif op == "sleep":
+            seq += 1
+            step(seq, at, at + 1000 * ms, kind=StepKind.SLEEP, name="sleep")
+            timers.append(Timer(run=run, seq=seq, purpose=TimerPurpose.SLEEP, fire_at=at + 1000 * ms,
+                                fired_at=at + 1000 * ms))
+            at += 1010 * ms
+        elif op == "signal":
+            seq += 1
+            payload = {"approved_by": f"operator-{len(signals) + 1}"}
+            signals.append(Signal(run=run, name=BIG_SIGNAL, payload=encode(payload), sequence=len(signals) + 1,
+                                  received_at=at + 2000 * ms, consumed_at=at + 2000 * ms, consumed_by_seq=seq))
+            step(seq, at, at + 2000 * ms, kind=StepKind.SIGNAL, name=BIG_SIGNAL, value=payload)
+            at += 2010 * ms
+        else:  # the last: a signal wait with a timeout, still waiting
+            seq += 1
+            step(seq, at, None, kind=StepKind.SIGNAL, name=BIG_SIGNAL)
+            deadline = at + timedelta(days=400)
+            timers.append(Timer(run=run, seq=seq, purpose=TimerPurpose.WAIT_TIMEOUT, fire_at=deadline))
+            run.runnable_at, run.wait_reason = deadline, f"waiting for signal {BIG_SIGNAL} until {deadline.isoformat()}"
+    # A signal nobody waits for yet: buffered, unconsumed.
+    signals.append(Signal(run=run, name="note", payload=encode({"text": "seeded"}), sequence=len(signals) + 1,
+                          received_at=at))
+    run.updated_at, run.inbox_seq, run.fence = at, len(signals), len(plan)
+    Workflow.objects.using(alias).bulk_create([run])
+    WorkflowStep.objects.using(alias).bulk_create(journal, batch_size=500)
+    StepAttempt.objects.using(alias).bulk_create(attempts, batch_size=500)
+    Timer.objects.using(alias).bulk_create(timers, batch_size=500)
+    Signal.objects.using(alias).bulk_create(signals, batch_size=500)
+    if connections[alias].vendor == "postgresql":
+        with connections[alias].cursor() as cursor:  # the small tables' statistics: one run's rows are most of them
+            for model in (StepAttempt, Timer, Signal):
+                cursor.execute(f"ANALYZE {model._meta.db_table}")
+    return {"run_id": str(run.pk), "workflow_id": workflow_id, "steps": len(journal),
+            "branch_rows": sum(row.seq >= BRANCH_BASE for row in journal),
+            "code_branches": sum(row.kind == StepKind.BRANCH for row in journal),
+            "attempts": len(attempts), "timers": len(timers), "signals": len(signals)}
 
 
 # --- timing the admin ---------------------------------------------------------------------------------
@@ -362,13 +596,14 @@ def admin_pages() -> dict[str, str]:
     alias = _db()
     changelist = reverse("admin:django_weft_workflow_changelist")
     seeded = Workflow.objects.using(alias).filter(workflow_type__startswith=SEED_PREFIX)
-    total = seeded.count()
+    total = seeded.exclude(workflow_id=BIG_RUN_ID).count()
     # A run in the middle of the history (not in any cache of the newest rows).
     middle = seeded.filter(workflow_id=f"{SEED_ID_PREFIX}{total // 2 + 1}").only("pk", "workflow_id").first()
     if middle is None:
         middle = seeded.only("pk", "workflow_id").order_by("created_at").first()
     if middle is None:
         raise ValueError("no seeded runs: run the seed first")
+    big = seeded.filter(workflow_id=BIG_RUN_ID, workflow_type=BIG_RUN_TYPE).only("pk").first()
     now = clock.now()
     # Aware moments, as the admin's own date filter links them (a bare date would be a naive datetime).
     week = _moment(now - timedelta(days=7)), _moment(now + timedelta(days=1))
@@ -385,10 +620,11 @@ def admin_pages() -> dict[str, str]:
         "search workflow id": f"{changelist}?q={middle.workflow_id}",
         "search run id": f"{changelist}?q={middle.pk}",
         "detail": reverse("admin:django_weft_workflow_change", args=[middle.pk]),
+        **({BIG_PAGE: reverse("admin:django_weft_workflow_change", args=[big.pk])} if big is not None else {}),
     }
 
 
-def time_admin_pages(repetitions: int = 7, pages: dict[str, str] | None = None,
+def time_admin_pages(repetitions: int = DEFAULT_REPETITIONS, pages: dict[str, str] | None = None,
                      progress: Progress | None = None) -> dict[str, Any]:
     """Server time of the run admin pages, in this process, with DEBUG off; JSON-safe."""
     from django.contrib.auth import get_user_model
@@ -423,17 +659,28 @@ def time_admin_pages(repetitions: int = 7, pages: dict[str, str] | None = None,
             slowest = max(queries, key=lambda q: float(q["time"]))
             results[name] = {
                 "url": url,
-                "median_ms": round(statistics.median(times), 1),
+                "p50_ms": round(statistics.median(times), 1),
+                "p95_ms": round(_percentile(times, 95), 1),
                 "max_ms": round(max(times), 1),
+                "bytes": len(response.content),
                 "queries": len(queries),
                 "sql_ms": round(sum(float(q["time"]) for q in queries) * 1000, 1),
                 "slowest_sql_ms": round(float(slowest["time"]) * 1000, 1),
                 "slowest_sql": slowest["sql"][:300],
                 "unbounded_counts": _unbounded_counts(queries),
             }
-            progress(f"{name}: median {results[name]['median_ms']} ms, max {results[name]['max_ms']} ms, "
-                     f"{len(queries)} queries")
+            progress(f"{name}: p50 {results[name]['p50_ms']} ms, p95 {results[name]['p95_ms']} ms, "
+                     f"max {results[name]['max_ms']} ms, {len(queries)} queries")
     return results
+
+
+def _percentile(values: list[float], pct: float) -> float:
+    """Linear-interpolated percentile (0 <= pct <= 100) of a non-empty list."""
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * pct / 100
+    low = int(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
 def _moment(moment: datetime) -> str:

@@ -119,3 +119,21 @@ def test_the_run_page_lists_its_attributes_escaped(staff_client):
     assert "<tr><td>labels</td><td>keyword_list</td><td>a, b</td></tr>" in body
     assert "<tr><td>amount</td><td>decimal</td><td>12.50</td></tr>" in body
     assert "<tr><td>gone</td><td>not declared</td><td>&lt;i&gt;old&lt;/i&gt;</td></tr>" in body
+
+
+def test_many_workflow_types_are_offered_in_one_select_that_filters(staff_client, runs):
+    """The test session registers far more than WorkflowTypeFilter.MAX_LINKS types: the sidebar offers them in one
+    select (not hundreds of links), each option the changelist filtered by its type."""
+    from django.utils.html import escape
+
+    from django_weft.admin.runs import WorkflowTypeFilter
+    from django_weft.common.registry import registered_workflow_names
+
+    assert len(registered_workflow_names()) > WorkflowTypeFilter.MAX_LINKS
+    body = staff_client.get(reverse(RUNS)).content.decode()
+    assert body.count('class="weft-filter-select"') == 1
+    assert f'<option value="{escape("?type=test.long_sleep")}">test.long_sleep</option>' in body
+    assert '<a href="?type=test.long_sleep">' not in body
+    assert listed(staff_client, type="test.long_sleep") == ["a", "b"]
+    selected = staff_client.get(reverse(RUNS), {"type": "evolve.versioned"}).content.decode()
+    assert f'<option value="{escape("?type=evolve.versioned")}" selected>evolve.versioned</option>' in selected

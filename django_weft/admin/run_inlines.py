@@ -16,6 +16,7 @@ from django.utils.translation import gettext_lazy as _
 from django_weft.admin.common import (
     ReadOnlyInline,
     badge,
+    choice_label,
     moment,
     preview,
     span,
@@ -24,6 +25,7 @@ from django_weft.common.positions import position_label
 from django_weft.models import (
     AsyncActivity,
     AsyncStatus,
+    AttemptOutcome,
     RunAction,
     Signal,
     StepAttempt,
@@ -50,7 +52,7 @@ class PositionColumn:
 
     @admin.display(description=_("step"), ordering="seq")
     def position(self, row: Any) -> str:
-        return position_label(row.seq)
+        return "—" if row.seq is None else position_label(row.seq)  # an action on the run as a whole has no step
 
 
 class WorkflowStepInline(PositionColumn, ReadOnlyInline):
@@ -64,7 +66,7 @@ class WorkflowStepInline(PositionColumn, ReadOnlyInline):
 
     @admin.display(description=_("status"))
     def status_badge(self, step: WorkflowStep) -> str:
-        return badge(step.status, step.get_status_display())
+        return badge(step.status, choice_label(StepStatus, step.status))
 
     @admin.display(description=_("attempt"))
     def attempts(self, step: WorkflowStep) -> str:
@@ -173,7 +175,7 @@ class StepAttemptInline(PositionColumn, ReadOnlyInline):
 
     @admin.display(description=_("outcome"))
     def outcome_badge(self, row: StepAttempt) -> str:
-        return badge(row.outcome, row.get_outcome_display())
+        return badge(row.outcome, choice_label(AttemptOutcome, row.outcome))
 
     @admin.display(description=_("error"))
     def error_message(self, row: StepAttempt) -> str:

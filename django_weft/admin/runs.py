@@ -79,6 +79,13 @@ class WorkflowTypeFilter(admin.SimpleListFilter):
 
     title = _("workflow type")
     parameter_name = "type"  # as the API's and weft_runs' filter is named
+    # More types than this are offered in one select: a project with many types keeps a sidebar one screen tall.
+    MAX_LINKS = 12
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if len(self.lookup_choices) > self.MAX_LINKS:
+            self.template = "admin/django_weft/select_filter.html"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         return [(name, name) for name in sorted(registered_workflow_names())]

@@ -135,12 +135,17 @@ def ask(run: Workflow, ctx: Context | None, problem: str, name: str, args_text: 
 
 def loaded_rows(context: dict[str, Any], model: type[Model]) -> list | None:
     """Copies of all of the run's rows of ``model`` as the page's inline loaded them (no query of their own),
-    or None (no such inline, or it loaded only the first MAX_INLINE_ROWS). Copies: a replay may change its
+    or None (no such inline, or it loaded only the first MAX_INLINE_ROWS of more). Copies: a replay may change its
     rows in memory (a sleep whose timer is due completes), and the inline shows what the database holds."""
     for inline in context.get("inline_admin_formsets") or ():
         if inline.formset.model is model:
-            rows = list(inline.formset.get_queryset())
-            return [copy.copy(row) for row in rows] if len(rows) < MAX_INLINE_ROWS else None
+            formset = inline.formset
+            rows = list(formset.get_queryset())
+            if len(rows) >= MAX_INLINE_ROWS:  # all of them, or only the first? One count tells (cheaper than a reload)
+                owned = model._default_manager.filter(**{formset.fk.name: formset.instance})
+                if owned.count() > len(rows):
+                    return None
+            return [copy.copy(row) for row in rows]
     return None
 
 

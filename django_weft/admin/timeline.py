@@ -13,16 +13,17 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import cached_property
+from itertools import islice
 from typing import Any
 
 from django.utils.translation import gettext as _t
 
 from django_weft.admin import common
-from django_weft.admin.common import BADGE_COLOURS, human_duration
+from django_weft.admin.common import BADGE_COLOURS, choice_label, choice_labels, human_duration
 from django_weft.common import clock
 from django_weft.common.codec import decode
 from django_weft.common.positions import missing_positions, position_label
-from django_weft.models import StepKind, StepStatus, Workflow, WorkflowStep
+from django_weft.models import FailureCategory, StepKind, StepStatus, Workflow, WorkflowStep
 
 # What a branch that lost a race records (runtime.replay.branches.Branches.race).
 LOST_RACE = re.compile(r"lost the race of step (\d+) to step (\d+)")
@@ -230,7 +231,7 @@ def overlapping(spans: Iterable[Span]) -> dict[int, list[int]]:
     found: dict[int, list[int]] = {span.seq: [] for span in spans}
     ordered = by_start(span for span in spans if not span.instant)
     for i, span in enumerate(ordered):
-        for later in ordered[i + 1:]:
+        for later in islice(ordered, i + 1, None):  # not a slice: that copies the rest of the list for each step
             if later.start >= span.end:
                 break  # the rest start later still
             if span.overlaps(later):
@@ -318,7 +319,7 @@ def open_note(run: Workflow, step: WorkflowStep) -> list[str]:
         return []
     if run.is_finished:
         return [_t("unfinished when the run ended")]
-    return [_t("still open (%(status)s)") % {"status": step.get_status_display()}]
+    return [_t("still open (%(status)s)") % {"status": choice_label(StepStatus, step.status)}]
 
 
 def unrecorded(steps: Sequence[WorkflowStep]) -> list[int]:
@@ -342,15 +343,22 @@ def unrecorded_note(run: Workflow) -> str:
 # --- the timeline ---------------------------------------------------------------------------------------------
 
 
+def step_labels() -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
+    """The labels of step kinds, statuses and failure categories in the current language (looked up once)."""
+    return choice_labels(StepKind), choice_labels(StepStatus), choice_labels(FailureCategory)
+
+
 def make_bar(step: WorkflowStep, span: Span, lane: int, origin: datetime, total: timedelta,
-             role: str, notes: list[str], *, ongoing: bool) -> Bar:
-    """``ongoing``: the run is open, so an unfinished step's length is "so far"."""
+             role: str, notes: list[str], *, ongoing: bool,
+             labels: tuple[dict[str, str], dict[str, str], dict[str, str]] | None = None) -> Bar:
+    """``ongoing``: the run is open, so an unfinished step's length is "so far"; ``labels``: :func:`step_labels`."""
+    kinds, statuses, categories = labels or step_labels()
     length = human_duration(span.end - span.start)
-    status_label = str(step.get_status_display())
+    status_label = statuses.get(step.status, step.status)
     if step.status == StepStatus.FAILED and step.failure_category:  # "Failed (Timeout)"
-        status_label = f"{status_label} ({step.get_failure_category_display()})"
+        status_label = f"{status_label} ({categories.get(step.failure_category, step.failure_category)})"
     return Bar(
-        seq=step.seq, kind=step.kind, kind_label=str(step.get_kind_display()), name=step.name,
+        seq=step.seq, kind=step.kind, kind_label=kinds.get(step.kind, step.kind), name=step.name,
         status=step.status, status_label=status_label, lane=lane + 1,
         left=percent(span.start - origin, total), width=percent(span.end - span.start, total),
         offset=offset_label(span.start - origin),
@@ -390,12 +398,12 @@ def build_timeline(run: Workflow, steps: Sequence[WorkflowStep], now: datetime |
     origin = origin_of(run, list(spans.values()))
     total = max(MIN_TOTAL, max(span.end for span in spans.values()) - origin)
     lanes, overlaps, races = assign_lanes(spans.values()), overlapping(spans.values()), read_races(steps)
-    bars = []
+    bars, labels = [], step_labels()
     for step in steps:
         role, notes = race_notes(step.seq, races)
         notes = [*notes, *overlap_note(overlaps[step.seq]), *open_note(run, step), *attempts_note(step)]
         bars.append(make_bar(step, spans[step.seq], lanes[step.seq], origin, total, role, notes,
-                             ongoing=not run.is_finished))
+                             ongoing=not run.is_finished, labels=labels))
     truncated = len(steps) >= common.MAX_INLINE_ROWS
     missing = [] if truncated else unrecorded(steps)
     lanes_of_bars = in_lanes(bars)

@@ -113,8 +113,11 @@ class Command(BaseCommand):
         parser.add_argument("--keep", action="store_true",
                             help="Keep the bench's runs instead of deleting them.")
         parser.add_argument("--seed-runs", type=int, default=None,
-                            help="Seed N runs (types bench.seed.*) with --seed-steps journal rows each, then time "
-                                 "the run admin's changelist (unfiltered, filtered, searched) and a detail page.")
+                            help="Seed N runs (types bench.seed.*) with --seed-steps journal rows each and one big "
+                                 "run (1,000 journal rows, 50 code branches, retried steps, signals, timers), then "
+                                 "time the run admin's changelist (unfiltered, filtered, searched), a run's page and "
+                                 "the big run's page: p50/p95 ms and queries, over --repeat requests (default 20). "
+                                 "0 seeds nothing and times the runs seeded before (kept with --keep).")
         parser.add_argument("--seed-steps", type=int, default=10, help="With --seed-runs: journal rows per run.")
         parser.add_argument("--processes", type=int, default=None,
                             help="Execute in this many weft_maintenance subprocesses (each with --workers "
@@ -140,7 +143,8 @@ class Command(BaseCommand):
                             help="With --parallel: how long each activity waits (default 0.2).")
         parser.add_argument("--repeat", type=int, default=None,
                             help="With --parallel: runs per figure, whose median is reported (default 3); with "
-                                 "--query-latency: queries timed per history length (default 20).")
+                                 "--query-latency: queries timed per history length (default 20); with --seed-runs: "
+                                 "requests timed per admin page (default 20).")
         parser.add_argument("--query-latency", nargs="?", const="10,1000,10000", default=None, metavar="N[,N...]",
                             help="Time handle.query() on runs whose journals hold N steps (default 10,1000,10000).")
         parser.add_argument("--replay-check", type=int, default=None, metavar="N",
@@ -238,11 +242,13 @@ class Command(BaseCommand):
             self.handle_parallel(options["parallel"], options.get("sleep_seconds"), options.get("repeat"),
                                  timeout=timeout, keep=keep)
             return
-        if options.get("sleep_seconds") is not None or options.get("repeat") is not None:
-            raise CommandError("--sleep-seconds and --repeat go with --parallel (--repeat also with --query-latency)")
-        if options.get("seed_runs") is not None:
-            self.handle_seed(options["seed_runs"], options["seed_steps"], keep=keep)
+        if options.get("seed_runs") is not None and options.get("sleep_seconds") is None:
+            self.handle_seed(options["seed_runs"], options["seed_steps"], options.get("repeat"),
+                             probe_seconds=probe_seconds, keep=keep)
             return
+        if options.get("sleep_seconds") is not None or options.get("repeat") is not None:
+            raise CommandError("--sleep-seconds and --repeat go with --parallel (--repeat also with --query-latency, "
+                               "--seed-runs and --find)")
         processes, celery_workers = options.get("processes"), options.get("celery_workers")
         latency, interval = options.get("latency"), options.get("interval")
         if interval is not None and interval <= 0:
@@ -293,19 +299,36 @@ class Command(BaseCommand):
         )
         self.stdout.write(json.dumps(figures, sort_keys=False))
 
-    def handle_seed(self, runs: int, steps: int, *, keep: bool) -> None:
-        if runs < 1 or steps < 0:
-            raise CommandError("--seed-runs must be at least 1 and --seed-steps 0 or more")
+    def handle_seed(self, runs: int, steps: int, repeat: int | None, *, probe_seconds: float, keep: bool) -> None:
+        if runs < 0 or steps < 0:
+            raise CommandError("--seed-runs must be 0 or more (0: time the runs seeded before, kept with --keep) "
+                               "and --seed-steps 0 or more")
+        if repeat is not None and repeat < 1:
+            raise CommandError("--repeat must be at least 1")
+        if probe_seconds <= 0:
+            raise CommandError("--probe-seconds must be positive")
         from bench import seed
+        from bench.core import load_average, measure_commit_rate
 
         self.refuse_beside_live_executors()
         progress = self.progress_writer()
-        report: dict[str, Any] = {"mode": "seed"}
+        using = seed._db()
+        report: dict[str, Any] = {"mode": "seed", "loadavg_before": load_average()}
+        raw_rate, probe_commits = measure_commit_rate(probe_seconds, using)
+        report.update(raw_commits_per_second=round(raw_rate, 1), probe_commits=probe_commits)
+        progress(f"raw commit rate {raw_rate:.0f}/s")
         try:
-            report["seed"] = seed.seed(runs, steps, progress)
-            report["admin"] = seed.time_admin_pages(progress=progress)
+            report["seed"] = seed.seed(runs, steps, progress) if runs else None
+            report["big_run"] = seed.seed_big_run()
+            progress(f"big run: {report['big_run']}")
+            report["seeded_runs"] = seeded_runs = seed.seeded_count()
+            report["admin"] = seed.time_admin_pages(repetitions=repeat or seed.DEFAULT_REPETITIONS, progress=progress)
+            report["loadavg"] = load_average()
         finally:
             report["cleanup"] = None if keep else seed.cleanup(progress)
+        for name, page in report["admin"].items():
+            self.stdout.write(f"{name}: p50 {page['p50_ms']} ms, p95 {page['p95_ms']} ms, {page['queries']} queries "
+                              f"({page['sql_ms']} ms of SQL) at {seeded_runs:,} seeded runs")
         self.stdout.write(json.dumps(report, default=str))
 
     def handle_schedules(self, *, schedules: int, steps: int, probe_seconds: float, keep: bool,
