@@ -137,3 +137,19 @@ def test_many_workflow_types_are_offered_in_one_select_that_filters(staff_client
     assert listed(staff_client, type="test.long_sleep") == ["a", "b"]
     selected = staff_client.get(reverse(RUNS), {"type": "evolve.versioned"}).content.decode()
     assert f'<option value="{escape("?type=evolve.versioned")}" selected>evolve.versioned</option>' in selected
+
+
+def test_the_queue_filter_offers_the_configured_queues_without_reading_the_runs(staff_client, weft_env):
+    """Queues come from WEFT_QUEUES (tests/settings.py) and QueueState, not a SELECT DISTINCT over every run;
+    "default" lists the runs started on no queue, as weft_maintenance --queues names them."""
+    on_queue = weft.start("test.long_sleep", workflow_id="on-emails", queue="emails")
+    weft.start("test.long_sleep", workflow_id="on-none")
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as captured:
+        body = staff_client.get(reverse(RUNS)).content.decode()
+    assert '<a href="?queue=emails">emails</a>' in body and '<a href="?queue=default">default (no queue)</a>' in body
+    assert not [query["sql"] for query in captured.captured_queries if "DISTINCT" in query["sql"]]
+    assert listed(staff_client, queue="emails") == [on_queue.workflow_id]
+    assert listed(staff_client, queue="default") == ["on-none"]

@@ -94,6 +94,29 @@ class WorkflowTypeFilter(admin.SimpleListFilter):
         return queryset.filter(workflow_type=self.value()) if self.value() else queryset
 
 
+class QueueFilter(admin.SimpleListFilter):
+    """Queues from WEFT_QUEUES and the queues operators gave limits (QueueState): no SELECT DISTINCT over the runs
+    table (70-110 ms at a million runs), and "default" for runs started on none, as ``--queues`` names them."""
+
+    title = _("queue")
+    parameter_name = "queue"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        from django_weft.common.queues import NO_QUEUE, configured
+        from django_weft.models import QueueState
+
+        names = set(configured()) | set(QueueState.objects.values_list("name", flat=True))
+        return [(NO_QUEUE, _t("%(name)s (no queue)") % {"name": NO_QUEUE}), *((n, n) for n in sorted(names))]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        from django_weft.common.queues import NO_QUEUE
+
+        value = self.value()
+        if value is None:
+            return queryset
+        return queryset.filter(queue="" if value == NO_QUEUE else value)
+
+
 def _purge(request: HttpRequest, runs: list[Workflow]) -> list[Workflow]:
     """Delete finished runs with their journal, timers, signals and async records (as retention does)."""
     deleted = set(delete_finished_runs([r.pk for r in runs]))
@@ -172,7 +195,7 @@ class WorkflowAdmin(PayloadPrivacyMixin, OperationsMixin, ReadOnlyMixin, admin.M
     operations = RUN_OPERATIONS
     list_display = ("workflow_id", "workflow_type", "version", "status_badge", "started_shown", "updated_shown",
                     "duration", "parent_column", "schedule_link")
-    list_filter = ("status", "failure_category", WorkflowTypeFilter, VersionFilter, TagFilter, "queue", "schedule",
+    list_filter = ("status", "failure_category", WorkflowTypeFilter, VersionFilter, TagFilter, QueueFilter, "schedule",
                    LineageFilter, "created_at")
     search_fields = ("=workflow_id", "=run_id", "=idempotency_key")
     search_help_text = _("An exact workflow id, run id or idempotency key; end it with * for the workflow ids that "
