@@ -13,16 +13,16 @@ else
 INSTALLED := $(VENV)/.installed
 endif
 
-.PHONY: demo test soak lint typecheck check-migrations bench bench-dbos clean
+.PHONY: demo test test-django6 soak lint typecheck check-migrations bench bench-dbos clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[postgres,celery,api,metrics,tracing,encryption]" --group dev
+	$(PY) -m pip install --quiet -e ".[postgres,celery,api,metrics,tracing,encryption,tasks]" --group dev
 	touch $@
 
 $(VENV)/.installed-mysql: $(VENV)/.installed
-	$(PY) -m pip install --quiet -e ".[postgres,celery,api,metrics,tracing,encryption,mysql]" --group dev
+	$(PY) -m pip install --quiet -e ".[postgres,celery,api,metrics,tracing,encryption,tasks,mysql]" --group dev
 	touch $@
 
 demo: $(VENV)/.installed
@@ -30,6 +30,24 @@ demo: $(VENV)/.installed
 
 test: $(INSTALLED)
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# Django 6 has the tasks framework built in (django.tasks) and needs Python 3.12+: the tasks backend's tests run on
+# it too, in a venv of their own, when such a Python is on this machine (PATH or pyenv); skipped, saying so,
+# otherwise. DATABASE_URL selects the database as for `make test`.
+DJANGO6_VENV ?= .venv-django6
+PYTHON_DJANGO6 ?= $(shell for p in python3.13 python3.12 $$HOME/.pyenv/versions/3.13*/bin/python \
+	$$HOME/.pyenv/versions/3.12*/bin/python; do $$p -c 'import sys; assert sys.version_info >= (3, 12); \
+	print(sys.executable)' 2>/dev/null && break; done)
+
+test-django6:
+	@if [ -z "$(PYTHON_DJANGO6)" ]; then \
+	  echo "test-django6: skipped: no Python 3.12 or newer on this machine (Django 6 needs one)"; exit 0; fi; \
+	if [ ! -f $(DJANGO6_VENV)/.installed ] || [ pyproject.toml -nt $(DJANGO6_VENV)/.installed ]; then \
+	  $(PYTHON_DJANGO6) -m venv $(DJANGO6_VENV) && \
+	  $(DJANGO6_VENV)/bin/python -m pip install --quiet "Django>=6.0,<6.2" -e ".[postgres,celery,api,metrics,tracing]" \
+	    "pytest>=8" "pytest-django>=4.8" "pytest-xdist>=3.5" "hypothesis>=6.100" && touch $(DJANGO6_VENV)/.installed; fi; \
+	echo "test-django6: $$($(DJANGO6_VENV)/bin/python -c 'import django, sys; print("Django", django.get_version(), "on Python", sys.version.split()[0])')"; \
+	$(DJANGO6_VENV)/bin/python -m pytest -n 0 tests/test_tasks_backend.py tests/test_readme_tasks.py $(PYTEST_ARGS)
 
 # The bounded soak test (tests/test_soak.py, a few minutes; PostgreSQL or MySQL/MariaDB, skipped on SQLite).
 soak: $(INSTALLED)

@@ -12,7 +12,7 @@ class WeftConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from django_weft.conf import weft_settings
+        from django_weft.conf import uses_tasks_backend, weft_settings
         from django_weft.observability import events
 
         events.configure()  # metrics and tracing: on when installed, unless turned off
@@ -24,5 +24,9 @@ class WeftConfig(AppConfig):
         except ImportError:  # Celery is an optional extra
             pass
 
+        if uses_tasks_backend():
+            from django_weft.services import task_runs  # noqa: F401  (executors know the task: types)
+
         # Like admin.py: import <app>.workflows of every installed app so workflows register.
         autodiscover_modules(weft_settings.AUTODISCOVER_MODULE)
+

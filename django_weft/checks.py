@@ -7,7 +7,7 @@ from typing import Any
 from django.core.checks import Error, Tags, Warning, register
 from django.db import DatabaseError, connections, router
 
-from django_weft.common.registry import registered_versions, registered_workflow_names
+from django_weft.common.registry import is_registered, registered_versions, registered_workflow_names
 from django_weft.services.liveness import stalled_hint
 
 
@@ -129,7 +129,7 @@ def check_unregistered_open_runs(app_configs: Any = None, databases: Any = None,
     missing_versions: list[str] = []
     for group in groups:
         name, version, count = group["workflow_type"], group["version"], group["runs"]
-        if name not in names:
+        if name not in names and not is_registered(name):
             missing_types[name] = missing_types.get(name, 0) + count
         elif version not in registered_versions(name):
             registered = ", ".join(str(v) for v in registered_versions(name))
@@ -227,3 +227,27 @@ def check_payload_codec(app_configs: Any = None, **kwargs: Any) -> list:
     except ConfigurationError as exc:
         return [Error(str(exc), id="weft.E009")]
     return []
+
+
+@register(Tags.compatibility)
+def check_tasks_backends(app_configs: Any = None, **kwargs: Any) -> list:
+    """The TASKS entries whose backend is django_weft's (Django's tasks framework): their OPTIONS and QUEUES."""
+    from django.conf import settings
+    from django.core.exceptions import ImproperlyConfigured
+
+    from django_weft.conf import uses_tasks_backend
+
+    if not uses_tasks_backend():
+        return []
+    try:
+        from django_weft.services import task_runs
+    except ImproperlyConfigured as exc:
+        return [Error(str(exc), id="weft.E010")]
+    errors = []
+    configured: dict[str, Any] = settings.TASKS
+    for alias, config in configured.items():
+        if str(config.get("BACKEND", "")).startswith("django_weft."):
+            queues = set(config.get("QUEUES") or [task_runs.api.DEFAULT_TASK_QUEUE_NAME])
+            errors += [Error(f"TASKS[{alias!r}]: {problem}", id="weft.E010")
+                       for problem in task_runs.option_problems(config.get("OPTIONS", {}), queues)]
+    return errors

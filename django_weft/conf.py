@@ -163,3 +163,11 @@ def _setting_changed(*, setting: str, **kwargs: Any) -> None:
 
 
 setting_changed.connect(_setting_changed, dispatch_uid="django_weft.conf")
+
+
+def uses_tasks_backend() -> bool:
+    """A backend of TASKS (Django's tasks framework) is django_weft's."""
+    backends = getattr(settings, "TASKS", None)
+    return isinstance(backends, dict) and any(
+        isinstance(config, dict) and str(config.get("BACKEND", "")).startswith("django_weft.")
+        for config in backends.values())

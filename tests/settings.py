@@ -42,3 +42,13 @@ WEFT_CELERY_ETA_HORIZON = float(os.environ.get("WEFT_CELERY_ETA_HORIZON", "60"))
 # The search attributes tests start runs with (tests/test_search_attributes.py declares its own set too).
 WEFT_SEARCH_ATTRIBUTES = {"customer_id": "int", "plan": "keyword", "region": "keyword", "amount": "decimal",
                           "due": "datetime", "vip": "bool", "labels": "keyword_list", "note": "text"}
+# Django's tasks framework on django_weft (tests/test_tasks_backend.py; the tasks are tests/testapp/tasks.py).
+WEFT_TASKS_BACKEND = "django_weft.tasks_backend.WeftBackend"
+TASKS = {
+    "default": {"BACKEND": WEFT_TASKS_BACKEND, "QUEUES": ["default", "emails", "open"]},
+    "retrying": {"BACKEND": WEFT_TASKS_BACKEND,
+                 "OPTIONS": {"retry": {"max_attempts": 3, "initial_backoff": 1, "max_backoff": 5}}},
+    "on_commit": {"BACKEND": WEFT_TASKS_BACKEND, "OPTIONS": {"enqueue_on_commit": True}},
+}
+if __import__("importlib.util").util.find_spec("django_tasks_db"):  # weft_bench --tasks runs it beside ours
+    TASKS["db"] = {"BACKEND": "django_tasks_db.DatabaseBackend"}

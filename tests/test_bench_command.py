@@ -211,3 +211,13 @@ def test_weft_bench_celery_workers_runs_every_workflow_in_a_celery_worker(subpro
 def test_weft_bench_rejects_bad_process_options(args, message):
     with pytest.raises(CommandError, match=message):
         call_command("weft_bench", *args)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_weft_bench_tasks_runs_tasks_on_our_backend_and_on_django_tasks_db(subprocess_env):
+    figures, progress = run_bench_command("--tasks", "5", "--task-processes", "1", "--probe-seconds", "0.1")
+    assert figures["mode"] == "tasks" and figures["tasks"] == 5 and figures["raw_commits_per_second"] > 0
+    assert [r["backend"] for r in figures["rounds"]] == ["django_weft", "django-tasks-db"], progress
+    assert all(r["processes"] == 1 and r["run_per_second"] > 0 and r["enqueued_per_second"] > 0
+               for r in figures["rounds"])
+    assert not Workflow.objects.exists() and not Executor.objects.exists()  # the bench deleted what it made

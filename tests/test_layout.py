@@ -18,7 +18,9 @@ from django_weft.common.moved_paths import MOVED
 PACKAGE = Path(weft.__file__).parent
 LAYERS = ("common", "models", "observability", "store", "runtime", "services", "worker")
 FACES = ("admin", "api", "management")
-FIXED = {"__init__", "apps", "checks", "conf", "exceptions", "fields", "signals", "tasks", "testing", "urls", "views"}
+# tasks_backend: Django's TASKS setting names django_weft.tasks_backend.WeftBackend (issue 35).
+FIXED = {"__init__", "apps", "checks", "conf", "exceptions", "fields", "signals", "tasks", "tasks_backend", "testing",
+         "urls", "views"}
 # The columns only the state writer (django_weft.store) writes.
 RUN_STATE = {"status", "fence", "lease_owner", "lease_expires_at", "runnable_at"}
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
-from django.contrib.admin.templatetags.admin_list import _boolean_icon
+from django.contrib.admin.templatetags.admin_list import _boolean_icon  # type: ignore[attr-defined]
 from django.contrib.admin.utils import display_for_field, lookup_field
 from django.core.exceptions import FieldDoesNotExist, ObjectDoesNotExist, PermissionDenied
 from django.core.paginator import Paginator
@@ -263,7 +263,7 @@ class ReadOnlyTable:
         prefix, collapsible = formset.prefix, admin_formset.is_collapsible
         columns = list(admin_formset.fields())
         heading = inline.verbose_name if formset.max_num == 1 else inline.verbose_name_plural
-        parts = [format_html(
+        parts: list[str] = [format_html(
             '<div class="js-inline-admin-formset inline-group" id="{}-group" data-inline-type="tabular" '
             'data-inline-formset="{}">\n<div class="tabular inline-related {}">\n{}\n'
             '<fieldset class="module {}" aria-labelledby="{}-heading">\n{}<h2 id="{}-heading" class="inline-heading">'
@@ -362,7 +362,7 @@ class ReadOnlyInline(ReadOnlyMixin, admin.TabularInline):
     """A read-only inline visible to whoever may view the parent (no separate view permission needed)."""
 
     formset = BoundedInlineFormSet
-    template = ReadOnlyTable()
+    template = ReadOnlyTable()  # type: ignore[assignment]  # {% include %} takes any object with a render()
     extra = 0
     max_num = 0
     can_delete = False

@@ -30,6 +30,10 @@ ON_ERROR_CHOICES = ("fail", "hold")
 
 _lock = threading.Lock()
 _workflows: dict[str, dict[int, WorkflowDefinition]] = {}  # name -> version -> definition
+# Types registered when first asked for rather than by a decorator (the tasks backend's "task:<path>": one per
+# @task function, known once its module imports). Each is called with a name no decorator registered, and gives
+# its definition or None.
+_resolvers: list[Callable[[str], WorkflowDefinition | None]] = []
 
 
 @dataclass(frozen=True)
@@ -133,7 +137,7 @@ def get_workflow(name_or_fn: str | Callable[..., Any], version: int | None = Non
         return definition
     if not isinstance(name_or_fn, str):
         raise WorkflowNotRegistered(f"a workflow is named by its registered name or its function, got {name_or_fn!r}")
-    versions = _workflows.get(name_or_fn)
+    versions = _workflows.get(name_or_fn) or _resolved(name_or_fn)
     if not versions:
         raise WorkflowNotRegistered(
             f"no workflow is registered as {name_or_fn!r}; is it decorated with @weft.workflow in an "
@@ -149,6 +153,28 @@ def get_workflow(name_or_fn: str | Callable[..., Any], version: int | None = Non
             f"{', '.join(str(v) for v in sorted(versions))}); deploy code that registers it, or its runs wait",
             name=name_or_fn, version=version,
         ) from None
+
+
+def add_resolver(resolve: Callable[[str], WorkflowDefinition | None]) -> None:
+    """Let ``resolve`` register the types of names no decorator registered, when they are first asked for (a lower
+    layer reaches the one that defines such types through this hook, without importing it)."""
+    with _lock:
+        if resolve not in _resolvers:
+            _resolvers.append(resolve)
+
+
+def _resolved(name: str) -> dict[int, WorkflowDefinition] | None:
+    for resolve in list(_resolvers):
+        definition = resolve(name)
+        if definition is not None:
+            with _lock:
+                return _workflows.setdefault(name, {definition.version: definition})
+    return None
+
+
+def is_registered(name: str) -> bool:
+    """A decorator registered ``name``, or a resolver knows it."""
+    return name in _workflows or _resolved(name) is not None
 
 
 def registered_workflow_names() -> set[str]:

@@ -319,6 +319,11 @@ class ActivityInfo:
     control: AttemptControl | None = field(default=None, repr=False, compare=False)
 
     @property
+    def executor(self) -> str:
+        """The executor running this attempt (its ``Executor`` name), "" where none runs it."""
+        return self.control.executor if self.control is not None else ""
+
+    @property
     def idempotency_key(self) -> str:
         """``{run_id}:{seq}``: the same for every attempt and replay of this step, so an idempotent API
         (a payment provider) sees a repeated attempt as the same request."""

@@ -110,6 +110,11 @@ class AttemptControl:
             self._stopped = True
 
     @property
+    def executor(self) -> str:
+        """The executor running the attempt ("" outside one)."""
+        return self._claim.owner if self._claim is not None else ""
+
+    @property
     def cancelled(self) -> bool:
         return self._stopped
 

@@ -27,6 +27,15 @@ INSTALLED_APPS = [
 ]
 if find_spec("django_celery_beat"):  # the celery extra: `weft_maintenance --install-beat` writes its tables
     INSTALLED_APPS.append("django_celery_beat")
+if find_spec("django_tasks_db"):  # a dev dependency: weft_bench --tasks runs django-tasks' own backend beside ours
+    INSTALLED_APPS.append("django_tasks_db")
+
+# Django's tasks framework (django.tasks on Django 6, the tasks extra on 5.2) on django_weft: README, "Django's
+# tasks framework"; "db" is django-tasks' own database backend, for weft_bench --tasks.
+if find_spec("django.tasks") or find_spec("django_tasks"):
+    TASKS = {"default": {"BACKEND": "django_weft.tasks_backend.WeftBackend"}}
+    if find_spec("django_tasks_db"):
+        TASKS["db"] = {"BACKEND": "django_tasks_db.DatabaseBackend"}
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",

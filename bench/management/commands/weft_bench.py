@@ -19,7 +19,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from bench import find_bench, in_caller, published_bench, queue_bench
+from bench import find_bench, in_caller, published_bench, queue_bench, tasks_bench
 from bench.safety import interruptible
 
 
@@ -168,6 +168,7 @@ class Command(BaseCommand):
         in_caller.add_arguments(parser)
         queue_bench.add_arguments(parser)
         published_bench.add_arguments(parser)
+        tasks_bench.add_arguments(parser)
         parser.add_argument("--interval", type=float, default=None,
                             help="Poll interval of the weft_maintenance subprocesses (--latency: default 1; "
                                  "--processes: default WEFT_POLL_INTERVAL).")
@@ -175,7 +176,8 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         with interruptible():
             try:
-                plugged = next((m for m in (in_caller, find_bench, queue_bench, published_bench) if m.chosen(options)),
+                plugged = next((m for m in (in_caller, find_bench, queue_bench, published_bench, tasks_bench)
+                               if m.chosen(options)),
                                None)
                 self.run_mode(*plugged.mode(options)) if plugged else self.handle_mode(**options)
             except KeyboardInterrupt as exc:

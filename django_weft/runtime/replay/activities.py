@@ -113,8 +113,9 @@ class ActivityOps(Branches):
             if isinstance(exc, ActivityCancelled) and self._cancel_due():
                 raise self._deliver_cancel(seq, StepKind.ACTIVITY, definition.name, step) from exc
             retryable = not isinstance(exc, PayloadError) and definition.retry.should_retry(attempt, exc)
-            return self._attempt_failed(seq, step, definition, attempt, started, error_dict(exc, attempt=attempt),
-                                        retryable=retryable, cause=exc, began=began)
+            error = error_dict(exc, attempt=attempt, executor=self._claim.owner)  # which executor ran it
+            return self._attempt_failed(seq, step, definition, attempt, started, error, retryable=retryable,
+                                        cause=exc, began=began)
         early = self._token_used_first(seq, attempt)
         if early is not None:
             return self._apply_resolution(seq, step, definition, attempt, started, early)
