@@ -131,6 +131,12 @@ class ActivityError(WeftError):
         self.seq = seq  # the journal position of the failed step
 
 
+class AttemptLost(WeftError):
+    """An activity attempt was lost with its executor (killed, or its lease ran out while the attempt was in
+    flight); the type of the error such an attempt records. The engine raises nothing of this class: the attempt
+    counts, and the next one runs (or, past ``max_attempts``, the step fails with this type)."""
+
+
 class ActivityTimeout(WeftError, TimeoutError):
     """An activity attempt ran longer than its per-attempt ``timeout``, or was silent for longer than its
     ``heartbeat_timeout``."""

@@ -103,3 +103,17 @@ def test_an_operator_action_on_the_run_as_a_whole_shows_no_step(weft_env, staff_
     assert body.count('<tr class="form-row has_original" id="operator_actions-') == 2
     assert '<td class="field-position"><p>—</p></td>' in body
     assert '<td class="field-position"><p>2</p></td>' in body
+
+
+def test_the_run_pages_tables_show_times_as_its_summary_does(weft_env, staff_client):
+    """Every time in the inlines (attempts, timers, signals) has the page's one format and zone, never Django's
+    "Dec. 5, 2026, 4:48 p.m."."""
+    run = seed.seed_big_run(40, 3, workflow_id="page-times")
+    _, body = page_queries(staff_client, run["run_id"])
+    attempt = StepAttempt.objects.filter(run_id=run["run_id"]).exclude(started_at=None).first()
+    assert attempt is not None
+    from django_weft.admin.common import moment
+
+    assert f'<td class="field-started_at"><p>{moment(attempt.started_at)}</p></td>' in body
+    import re
+    assert not re.findall(r".{120}[ap]\.m\..{20}", body), re.findall(r".{120}[ap]\.m\..{20}", body)[:3]

@@ -395,3 +395,5 @@ def test_a_task_whose_executor_is_killed_runs_again_and_its_result_is_recorded_o
     assert final.worker_ids[0].split(":")[1] == str(first.pid) and final.worker_ids[1].split(":")[1] == str(
         second.pid)
     assert Workflow.objects.filter(workflow_id=result.id).count() == 1
+    # The lost attempt is the one error: of an importable class that says what happened.
+    assert [error.exception_class for error in final.errors] == [weft.exceptions.AttemptLost]

@@ -22,7 +22,7 @@ from django.contrib.admin.templatetags.admin_list import _boolean_icon  # type: 
 from django.contrib.admin.utils import display_for_field, lookup_field
 from django.core.exceptions import FieldDoesNotExist, ObjectDoesNotExist, PermissionDenied
 from django.core.paginator import Paginator
-from django.db.models import Choices, Model, QuerySet
+from django.db.models import Choices, DateTimeField, Model, QuerySet
 from django.forms.models import BaseInlineFormSet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.defaultfilters import linebreaksbr, striptags
@@ -322,6 +322,8 @@ def _column(name: str, inline: Any, empty: str) -> Callable[[Model], str]:
     except FieldDoesNotExist:
         field = None
     if field is not None and not field.is_relation:
+        if isinstance(field, DateTimeField):  # one format and zone on the whole page (moment), not Django's default
+            return lambda row: _text(moment(getattr(row, name)))
         if field.flatchoices:  # display_for_field's first case, its dict of labels made (and translated) once
             labels = {value: str(label) for value, label in field.flatchoices}
             return lambda row: _text(labels.get(getattr(row, name), empty))

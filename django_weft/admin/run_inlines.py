@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
-from django.contrib.admin.utils import display_for_value
 from django.db.models import Exists, OuterRef, QuerySet, Subquery
 from django.http import HttpRequest
 from django.utils.html import format_html
@@ -143,16 +142,16 @@ class TimerInline(PositionColumn, ReadOnlyInline):
     def outcome(self, timer: Timer) -> str:
         if timer.fired_at is None:
             return _t("pending")
-        moment = display_for_value(timer.fired_at, "—")
+        at = moment(timer.fired_at)
         if timer.purpose == TimerPurpose.ACTIVITY_TIMEOUT and getattr(timer, "weft_renewed", False) and \
                 timer.fired_at >= timer.fire_at:
-            return _t("renewed at %(moment)s: a heartbeat came in time") % {"moment": moment}
+            return _t("renewed at %(moment)s: a heartbeat came in time") % {"moment": at}
         if not self.cleared(timer):
-            return _t("fired at %(moment)s") % {"moment": moment}
+            return _t("fired at %(moment)s") % {"moment": at}
         why = CLEARED_BECAUSE.get(timer.purpose)
         if why is None:
-            return _t("cleared at %(moment)s") % {"moment": moment}
-        return _t("cleared at %(moment)s: %(why)s") % {"moment": moment, "why": why}
+            return _t("cleared at %(moment)s") % {"moment": at}
+        return _t("cleared at %(moment)s: %(why)s") % {"moment": at, "why": why}
 
 
 class StepAttemptInline(PositionColumn, ReadOnlyInline):

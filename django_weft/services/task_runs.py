@@ -278,7 +278,7 @@ def errors_of(run: Workflow, step: WorkflowStep | None, attempts: list[StepAttem
 
 # The engine's own short names for how a run or attempt ended, as the exception a caller of weft would see.
 ENGINE_ERRORS = {"Cancelled": "WorkflowCancelled", "Terminated": "WorkflowCancelled", "TimedOut": "WorkflowTimedOut",
-                 "AttemptLost": "ActivityError", "RecoveryLimit": "WorkflowFailed", "HistoryLimit": "WorkflowFailed"}
+                 "RecoveryLimit": "WorkflowFailed", "HistoryLimit": "WorkflowFailed"}
 
 
 def exception_path(name: str) -> str:
