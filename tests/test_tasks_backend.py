@@ -362,6 +362,19 @@ def test_operators_see_tasks_in_the_admin_and_weft_runs(weft_env, staff_client):
     out = StringIO()
     call_command("weft_runs", "list", "--type", ADD_TYPE, stdout=out)
     assert result.id in out.getvalue()
+    listed = staff_client.get("/weft/api/runs", {"type": ADD_TYPE}).json()
+    assert [run["workflow_id"] for run in listed["results"]] == [result.id]
+
+
+def test_a_waiting_task_is_cancelled_through_the_http_api(weft_env, staff_client):
+    result = tasks.add.using(run_after=weft_env.now() + timedelta(hours=1)).enqueue(2, 2)
+    response = staff_client.post(f"/weft/api/runs/{result.id}/cancel", {"reason": "not needed"},
+                                 content_type="application/json")
+    assert response.status_code == 200, response.content
+    weft_env.drive()
+    result.refresh()
+    assert result.status == api.TaskResultStatus.FAILED
+    assert [error.exception_class_path for error in result.errors] == ["django_weft.exceptions.WorkflowCancelled"]
 
 
 def test_the_system_check_knows_task_types_with_open_runs(weft_env):
