@@ -230,3 +230,22 @@ def test_an_attempt_whose_executor_went_silent_says_so(staff_client, api):
     assert [p.executor_silent for p in handle.pending_activities()] == [False]
     AttemptInFlight.objects.update(executor="in-caller")  # no process row to tell by: not guessed
     assert [p.executor_silent for p in handle.pending_activities()] == [None]
+
+
+def test_a_running_attempts_timeout_is_its_heartbeat_deadline(weft_env):
+    """inflight.slow has heartbeat_timeout=60 and no timeout: silent 60 s after its last beat (or its start), it
+    fails; that is the moment the in-flight list shows as its timeout."""
+    from datetime import timedelta as td
+
+    from django_weft.common import clock
+    from django_weft.models import ActivityHeartbeat
+
+    handle = weft.start("inflight.slow", "deadline", workflow_id="heartbeat-deadline")
+    began = clock.now() - td(seconds=20)
+    AttemptInFlight.objects.create(run_id=handle.run_id, seq=1, attempt=1, activity="inflight.slow",
+                                   executor="worker-7:4242:99", started_at=began, published_at=clock.now())
+    assert [p.timeout_at for p in handle.pending_activities()] == [began + td(seconds=60)]
+    ActivityHeartbeat.objects.create(run_id=handle.run_id, seq=1, attempt=1, beat_at=began + td(seconds=15))
+    assert [p.timeout_at for p in handle.pending_activities()] == [began + td(seconds=75)]
+    AttemptInFlight.objects.update(timeout_at=began + td(seconds=30))  # its own timeout comes first
+    assert [p.timeout_at for p in handle.pending_activities()] == [began + td(seconds=30)]

@@ -32,6 +32,7 @@ from django_weft.models import (
     Workflow,
     WorkflowStep,
 )
+from django_weft.runtime.activities import definitions_by_name
 
 RUNNING = "running"
 WAITING_FOR_COMPLETION = "waiting_for_completion"
@@ -92,9 +93,9 @@ def pending_activities(run: Workflow) -> list[PendingActivity]:
         step = steps.get(row.seq)
         if row.seq in settled or (step is not None and step.attempt > row.attempt):
             continue  # it settled, or a later attempt replaced it, since it was published
-        found[row.seq] = _with_beat(PendingActivity(
+        found[row.seq] = _heartbeat_deadline(_with_beat(PendingActivity(
             seq=row.seq, activity=row.activity, attempt=row.attempt, state=RUNNING, started_at=row.started_at,
-            executor=row.executor, timeout_at=row.timeout_at), beats.get(row.seq))
+            executor=row.executor, timeout_at=row.timeout_at), beats.get(row.seq)))
     for record in waiting:
         if record.seq in settled or record.seq in found:
             continue
@@ -146,6 +147,17 @@ def _with_executors(items: list[PendingActivity]) -> list[PendingActivity]:
             item = replace(item, executor_last_seen=last, executor_silent=last < silent_before)
         out.append(item)
     return out
+
+
+def _heartbeat_deadline(item: PendingActivity) -> PendingActivity:
+    """A running attempt of an activity with a ``heartbeat_timeout`` fails when it is silent that long: its
+    ``timeout_at`` is the earlier of that moment (from its last beat of this attempt, or its start) and its own."""
+    definition = definitions_by_name().get(item.activity)
+    if definition is None or definition.heartbeat_timeout is None or item.started_at is None:
+        return item
+    since = max(item.started_at, item.last_heartbeat_at or item.started_at)
+    silent_at = since + timedelta(seconds=definition.heartbeat_timeout)
+    return item if item.timeout_at is not None and item.timeout_at <= silent_at else replace(item, timeout_at=silent_at)
 
 
 def _with_beat(item: PendingActivity, beat: ActivityHeartbeat | None) -> PendingActivity:
