@@ -253,6 +253,12 @@ def test_run_after(weft_env):
     assert tasks.add.get_result(result.id).return_value == 2
 
 
+def test_a_run_after_in_the_past_runs_at_once(weft_env):
+    result = tasks.add.using(run_after=weft_env.now() - timedelta(hours=2)).enqueue(2, 3)
+    weft_env.drive()
+    assert tasks.add.get_result(result.id).return_value == 5
+
+
 @pytest.mark.django_db(transaction=True)  # after commits: the signal, the admission pass
 def test_run_after_priority(weft_env):
     """After django-tasks-db's test_run_after_priority: of the tasks waiting on a queue, higher priority first (the
