@@ -26,6 +26,7 @@ from django_weft.exceptions import (
     WorkflowNotRegistered,
 )
 from django_weft.models import FailureCategory, StepKind, StepStatus, Timer, Workflow, WorkflowStep
+from django_weft.models.instances import loaded
 from django_weft.observability import events
 from django_weft.runtime.context import Context
 from django_weft.runtime.errors import (
@@ -96,7 +97,7 @@ def _execute(claim: transitions.Claim, should_stop: Callable[[], bool]) -> str:
     journal: dict[int, WorkflowStep] = {}
     timers: dict[int, Timer] = {}
     if not claim.fresh:
-        journal = {step.seq: step for step in WorkflowStep.objects.filter(run_id=run.pk)}
+        journal = {step.seq: step for step in loaded(WorkflowStep.objects.filter(run_id=run.pk))}
         if any(step.status == StepStatus.WAITING for step in journal.values()):
             timers = {int(t.seq or 0): t for t in Timer.objects.filter(run_id=run.pk, fired_at__isnull=True,
                                                                        seq__isnull=False)}

@@ -13,6 +13,7 @@ from typing import Any
 from django_weft.common.codec import MAX_DEPTH, decode, encode, nests_deeper_than
 from django_weft.exceptions import PayloadError, PayloadTooDeep, QueryFailed, QueryNotFound
 from django_weft.models import Timer, Workflow, WorkflowStep
+from django_weft.models.instances import loaded
 from django_weft.runtime.context import Context
 from django_weft.services.replay_check import replay_dry
 
@@ -28,7 +29,7 @@ def replay(run: Workflow, steps: Iterable[WorkflowStep] | None = None,
     """``run``'s state rebuilt from its journal (a dry replay) and what stopped the replay early, if anything.
     ``steps`` and ``timers``: all the run's steps and timers, where the caller loaded them already."""
     if steps is None:
-        steps = WorkflowStep.objects.filter(run=run)
+        steps = loaded(WorkflowStep.objects.filter(run=run))
     if timers is None:
         timers = Timer.objects.filter(run=run, fired_at__isnull=True, seq__isnull=False)
     else:
