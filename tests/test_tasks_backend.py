@@ -383,6 +383,19 @@ def test_a_waiting_task_is_cancelled_through_the_http_api(weft_env, staff_client
     assert [error.exception_class_path for error in result.errors] == ["django_weft.exceptions.WorkflowCancelled"]
 
 
+def test_results_are_kept_as_long_as_the_retention_policy_keeps_runs(weft_env):
+    """WEFT_RETENTION: completed runs (so successful tasks) a week, failed ones a month."""
+    succeeded, failed = tasks.add.enqueue(1, 1), tasks.fail.enqueue("kept longer")
+    weft_env.drive()
+    weft_env.advance(timedelta(days=7, minutes=1))
+    with pytest.raises(api.TaskResultDoesNotExist):
+        tasks.add.get_result(succeeded.id)
+    assert tasks.fail.get_result(failed.id).status == api.TaskResultStatus.FAILED
+    weft_env.advance(timedelta(days=23))
+    with pytest.raises(api.TaskResultDoesNotExist):
+        tasks.fail.get_result(failed.id)
+
+
 def test_the_system_check_knows_task_types_with_open_runs(weft_env):
     tasks.add.enqueue(1, 2)
     out = StringIO()
