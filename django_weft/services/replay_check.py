@@ -19,6 +19,7 @@ from typing import Any
 from django_weft.common.registry import get_workflow
 from django_weft.exceptions import CancelledError, NonDeterminismError, WorkflowNotRegistered
 from django_weft.models import Timer, Workflow, WorkflowStep
+from django_weft.models.instances import loaded
 from django_weft.runtime.context import Context
 from django_weft.runtime.errors import HistoryLimitReached, ReplayFrontier, StopExecution, Suspend
 from django_weft.runtime.replay.core import run_workflow_code
@@ -107,7 +108,7 @@ def check_runs(runs: Iterable[Workflow]) -> Iterator[tuple[Workflow, ReplayProbl
 def _check_batch(runs: list[Workflow]) -> Iterator[tuple[Workflow, ReplayProblem | None]]:
     ids = [run.pk for run in runs]
     steps: dict[Any, list[WorkflowStep]] = {pk: [] for pk in ids}
-    for step in WorkflowStep.objects.filter(run_id__in=ids):
+    for step in loaded(WorkflowStep.objects.filter(run_id__in=ids)):  # the replay check's journals: 10,000s of rows
         steps[step.run_id].append(step)
     timers: dict[Any, list[Timer]] = {pk: [] for pk in ids}
     for timer in Timer.objects.filter(run_id__in=ids, fired_at__isnull=True, seq__isnull=False):
