@@ -12,7 +12,7 @@ class WeftConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from django_weft.conf import uses_tasks_backend, weft_settings
+        from django_weft.conf import weft_settings, weft_task_backends
         from django_weft.observability import events
 
         events.configure()  # metrics and tracing: on when installed, unless turned off
@@ -24,7 +24,7 @@ class WeftConfig(AppConfig):
         except ImportError:  # Celery is an optional extra
             pass
 
-        if uses_tasks_backend():
+        if weft_task_backends():
             from django_weft.services import task_runs  # noqa: F401  (executors know the task: types)
 
         # Like admin.py: import <app>.workflows of every installed app so workflows register.

@@ -232,22 +232,20 @@ def check_payload_codec(app_configs: Any = None, **kwargs: Any) -> list:
 @register(Tags.compatibility)
 def check_tasks_backends(app_configs: Any = None, **kwargs: Any) -> list:
     """The TASKS entries whose backend is django_weft's (Django's tasks framework): their OPTIONS and QUEUES."""
-    from django.conf import settings
     from django.core.exceptions import ImproperlyConfigured
 
-    from django_weft.conf import uses_tasks_backend
+    from django_weft.conf import weft_task_backends
 
-    if not uses_tasks_backend():
+    backends = weft_task_backends()
+    if not backends:
         return []
     try:
         from django_weft.services import task_runs
     except ImproperlyConfigured as exc:
         return [Error(str(exc), id="weft.E010")]
     errors = []
-    configured: dict[str, Any] = settings.TASKS
-    for alias, config in configured.items():
-        if str(config.get("BACKEND", "")).startswith("django_weft."):
-            queues = set(config.get("QUEUES") or [task_runs.api.DEFAULT_TASK_QUEUE_NAME])
-            errors += [Error(f"TASKS[{alias!r}]: {problem}", id="weft.E010")
-                       for problem in task_runs.option_problems(config.get("OPTIONS", {}), queues)]
+    for alias, config in backends.items():
+        queues = set(config.get("QUEUES") or [task_runs.api.DEFAULT_TASK_QUEUE_NAME])
+        errors += [Error(f"TASKS[{alias!r}]: {problem}", id="weft.E010")
+                   for problem in task_runs.option_problems(config.get("OPTIONS", {}), queues)]
     return errors

@@ -165,9 +165,10 @@ def _setting_changed(*, setting: str, **kwargs: Any) -> None:
 setting_changed.connect(_setting_changed, dispatch_uid="django_weft.conf")
 
 
-def uses_tasks_backend() -> bool:
-    """A backend of TASKS (Django's tasks framework) is django_weft's."""
+def weft_task_backends() -> dict[str, dict]:
+    """The entries of TASKS (Django's tasks framework) whose backend is django_weft's, by alias."""
     backends = getattr(settings, "TASKS", None)
-    return isinstance(backends, dict) and any(
-        isinstance(config, dict) and str(config.get("BACKEND", "")).startswith("django_weft.")
-        for config in backends.values())
+    if not isinstance(backends, dict):
+        return {}
+    return {alias: config for alias, config in backends.items()
+            if isinstance(config, dict) and str(config.get("BACKEND", "")).startswith("django_weft.")}

@@ -240,14 +240,14 @@ def result_of(run: Workflow) -> api.TaskResult:
         workers.append(value["worker"] if value else str((step.error or {}).get("executor", "")))
     if status == api.TaskResultStatus.RUNNING and (step is None or step.status == StepStatus.WAITING):
         workers.append(run.lease_owner)  # the attempt under way
+    first_start = step.started_at if step is not None else run.started_at if workers else None
     starts = [row.started_at for row in attempts if row.started_at is not None]
     result = api.TaskResult(
         task=task, id=run.workflow_id, status=status, enqueued_at=spec.get("enqueued_at", run.created_at),
-        started_at=step.started_at if step is not None else run.started_at if workers else None,
+        started_at=first_start,
         finished_at=run.finished_at if status in (api.TaskResultStatus.SUCCESSFUL, api.TaskResultStatus.FAILED)
         else None,
-        last_attempted_at=max(starts) if starts else (step.started_at if step is not None else
-                                                      run.started_at if workers else None),
+        last_attempted_at=max(starts) if starts else first_start,
         args=spec["args"], kwargs=spec["kwargs"], backend=spec["backend"],
         errors=errors_of(run, step, attempts), worker_ids=workers)
     if value is not None:
