@@ -11,8 +11,10 @@ p50/p95, the split between sending and executing, and the statements and committ
 (counted on the connection).
 
 The same window is measured for the form that never continues as new, at ``--plain-milestones`` (100 and
-2,000): every wake loads and replays its whole journal, so its cost grows with the signals consumed, which
-is why it is capped (and WEFT_MAX_HISTORY ends such a run; the default allows 20,000 rows).
+2,000): every wake replays its whole journal, so its cost grows with the signals consumed, which is why it
+is capped (and WEFT_MAX_HISTORY ends such a run; the default allows 20,000 rows). Its wakes find the journal
+this process kept when it parked the run (django_weft.runtime.kept_journals); a second window at each plain
+milestone, with ``WEFT_EXECUTOR_CACHE_ROWS = 0``, times them reading it from the database as well.
 
 Between milestones the runs are fast-forwarded: signals are sent in batches (one transaction per batch,
 locking the run once and delivering each signal as ``weft.signal()`` does), and a parked run that finds
@@ -41,6 +43,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connections, router, transaction
+from django.test import override_settings
 
 from bench.core import BenchError, SqlCounter, delete_bench_runs, load_average, percentile
 from django_weft.common import clock
@@ -268,7 +271,7 @@ class _Loop:
 
 
 def _measure(loop: _Loop, milestones: list[int], window: int, batch: int, using: str,
-             progress: Callable[[str], None]) -> list[dict[str, Any]]:
+             progress: Callable[[str], None], *, compare_unkept: bool = False) -> list[dict[str, Any]]:
     rows = []
     for milestone in milestones:
         signals = milestone - loop.consumed
@@ -281,6 +284,12 @@ def _measure(loop: _Loop, milestones: list[int], window: int, batch: int, using:
         row = {"signals": milestone, "journal_rows": journal, **loop.window(window, using),
                "fast_forward_signals": signals, "fast_forward_seconds": round(fast, 3), "loadavg": load_average()}
         loop.check()
+        if compare_unkept:
+            # The same window again with nothing kept between wakes: each reads the journal from the database.
+            with override_settings(WEFT_EXECUTOR_CACHE_ROWS=0):
+                unkept = loop.window(window, using)
+            loop.check()
+            row["unkept_ms_per_signal"], row["unkept_p50_ms"] = unkept["ms_per_signal"], unkept["p50_ms"]
         rows.append(row)
         progress(f"{loop.form}: {row['ms_per_signal']:.2f} ms/signal at {milestone}")
     return rows
@@ -293,7 +302,7 @@ def _growth(rows: list[dict[str, Any]]) -> float | None:
 
 
 def run_continue_bench(*, milestones: list[int], plain_milestones: list[int], window: int = DEFAULT_WINDOW,
-                       every: int = DEFAULT_EVERY, keep: bool = False,
+                       every: int = DEFAULT_EVERY, keep: bool = False, unkept: bool = False,
                        progress: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
     """Run the benchmark and return its figures. Raises :class:`BenchError` if an execution ends otherwise
     than parked or continued, or the chain loses, repeats or keeps a signal."""
@@ -306,7 +315,7 @@ def run_continue_bench(*, milestones: list[int], plain_milestones: list[int], wi
     limit = int(weft_settings.MAX_HISTORY)
     if every + 1 > limit:
         raise BenchError(f"--continue-every {every}: a run would reach WEFT_MAX_HISTORY ({limit}) first")
-    if plain_milestones and plain_milestones[-1] + window + 1 > limit:
+    if plain_milestones and plain_milestones[-1] + (2 if unkept else 1) * window + 1 > limit:
         raise BenchError(f"--plain-milestones {plain_milestones[-1]} + --window {window}: the run that never "
                          f"continues as new would reach WEFT_MAX_HISTORY ({limit}) and time out")
     open_before = Workflow.objects.open().count()
@@ -328,7 +337,7 @@ def run_continue_bench(*, milestones: list[int], plain_milestones: list[int], wi
             plain = _Loop("plain", 0)
             loops.append(plain)
             plain.start()
-            plain_rows = _measure(plain, plain_milestones, window, PLAIN_BATCH, using, progress)
+            plain_rows = _measure(plain, plain_milestones, window, PLAIN_BATCH, using, progress, compare_unkept=unkept)
             chains.append(plain.finish())
     finally:
         if not keep:
@@ -345,6 +354,7 @@ def run_continue_bench(*, milestones: list[int], plain_milestones: list[int], wi
         "debug": bool(settings.DEBUG),
         "window": window,
         "continue_every": every,
+        "unkept": unkept,
         "max_history": limit,
         "continuing": rows,
         "plain": plain_rows,
@@ -384,11 +394,13 @@ def format_table(figures: dict[str, Any]) -> list[str]:
     if f["plain"]:
         lines += [
             "",
-            f"never continuing as new: capped at {f['plain'][-1]['signals']:,} signals, because each wake loads and "
-            f"replays the whole journal, so the cost grows with it (and WEFT_MAX_HISTORY={f['max_history']} "
-            "times the run out)",
-            head,
-            *lines_of(f["plain"]),
+            f"never continuing as new: capped at {f['plain'][-1]['signals']:,} signals, because each wake replays "
+            f"the whole journal, so the cost grows with it (and WEFT_MAX_HISTORY={f['max_history']} "
+            "times the run out)" + ("; unkept: as many signals more with WEFT_EXECUTOR_CACHE_ROWS = 0 (each wake "
+                                    "also reads the journal from the database)" if f["unkept"] else ""),
+            head + (f" {'unkept ms/signal':>17} {'unkept p50':>11}" if f["unkept"] else ""),
+            *[line + (f" {r['unkept_ms_per_signal']:>17.3f} {r['unkept_p50_ms']:>11.3f}" if f["unkept"] else "")
+              for line, r in zip(lines_of(f["plain"]), f["plain"], strict=True)],
         ]
     growth = [f"with continue_as_new {f['continuing_growth']}x" if f["continuing_growth"] is not None else "",
               f"never continuing {f['plain_growth']}x" if f["plain_growth"] is not None else ""]

@@ -31,6 +31,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
@@ -190,9 +191,11 @@ class SqlCounter:
 
 
 class _Finished:
-    """Collects the runs of this bench as their completed/failed signals arrive (after commit)."""
+    """Collects the runs of this bench as their completed/failed signals arrive (after commit); ``also``: more
+    signals of runs that ended as they should (workflow_cancelled, for runs the bench cancels)."""
 
-    def __init__(self, run_ids: set) -> None:
+    def __init__(self, run_ids: set, also: tuple = ()) -> None:
+        self.also = also
         self.pending = set(run_ids)
         self.failed: list[Any] = []
         self.done = threading.Event()
@@ -214,7 +217,8 @@ class _Finished:
 
     def __enter__(self) -> _Finished:
         self._receivers = [(signals.workflow_completed, self._receive(False)),
-                           (signals.workflow_failed, self._receive(True))]
+                           (signals.workflow_failed, self._receive(True)),
+                           *((signal, self._receive(False)) for signal in self.also)]
         for signal, receiver in self._receivers:
             signal.connect(receiver, weak=False)
         return self
@@ -291,6 +295,41 @@ def delete_bench_runs(run_ids: list, workflow_type: str, since: Any) -> int:
 # --- the benchmark -----------------------------------------------------------------------------------
 
 
+@dataclass
+class Drive:
+    worker: Any
+    counter: SqlCounter
+    finished: _Finished
+    completed: bool
+    seconds: float
+    cpu_seconds: float
+
+
+def drive_until_ended(run_ids: set, workers: int, using: str, timeout: float, *, also: tuple = (),
+                      before: Callable[[], None] = lambda: None) -> Drive:
+    """Drive ``run_ids`` with an executor of ``workers`` threads in this process until each has ended (or
+    ``timeout``): the wall and CPU seconds from just before ``before()`` (timed with the drive) to the last end,
+    and the statements and commits counted meanwhile."""
+    from django_weft.worker.loop import Worker
+
+    worker = Worker(threads=workers)
+    with SqlCounter(using) as counter, _Finished(run_ids, also=also) as finished:
+        counter.active = True
+        thread = threading.Thread(target=worker.run, name="weft-bench-worker", daemon=True)
+        cpu_began, began = time.process_time(), time.perf_counter()
+        before()
+        thread.start()
+        try:
+            completed = finished.done.wait(timeout)
+            seconds, cpu = time.perf_counter() - began, time.process_time() - cpu_began
+        finally:
+            # Stopped before anything else (cleanup included) touches the runs.
+            counter.active = False
+            worker.stop()
+            thread.join()
+    return Drive(worker, counter, finished, completed, seconds, cpu)
+
+
 def run_bench(*, workflows: int, steps: int, workers: int, probe_seconds: float = 2.0,
               timeout: float = 600.0, keep: bool = False,
               progress: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
@@ -298,7 +337,6 @@ def run_bench(*, workflows: int, steps: int, workers: int, probe_seconds: float 
     from django_weft.common import clock
     from django_weft.models import Workflow
     from django_weft.services import client
-    from django_weft.worker.loop import Worker
 
     using = router.db_for_write(Workflow)
     conn = connections[using]
@@ -316,20 +354,9 @@ def run_bench(*, workflows: int, steps: int, workers: int, probe_seconds: float 
             run_ids.append(client.start(bench_workflow, steps).run_id)
         start_seconds = time.perf_counter() - began
 
-        worker = Worker(threads=workers)
-        with SqlCounter(using) as counter, _Finished(set(run_ids)) as finished:
-            counter.active = True
-            thread = threading.Thread(target=worker.run, name="weft-bench-worker", daemon=True)
-            cpu_began, began = time.process_time(), time.perf_counter()
-            thread.start()
-            try:
-                completed = finished.done.wait(timeout)
-                drive_seconds, drive_cpu = time.perf_counter() - began, time.process_time() - cpu_began
-            finally:
-                # Stopped before anything else (cleanup included) touches the runs.
-                counter.active = False
-                worker.stop()
-                thread.join()
+        drive = drive_until_ended(set(run_ids), workers, using, timeout)
+        worker, counter, finished, completed = drive.worker, drive.counter, drive.finished, drive.completed
+        drive_seconds, drive_cpu = drive.seconds, drive.cpu_seconds
         if not completed:
             raise BenchError(
                 f"{len(finished.pending)} of {workflows} run(s) had not finished after {timeout:g}s"

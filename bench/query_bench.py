@@ -9,8 +9,11 @@ made, the sum of the activities' results and the last recorded time.
 
 Then ``handle.query("state")`` is called ``repeat`` times, one after another (after one untimed call, reported
 as ``first_ms``): p50, p95 and max wall time, ms per 1,000 steps (p50 x 1,000 / N), and the statements each
-query sends. Each answer must equal the state the journal holds, and the run must be left as it was (status,
-fence, updated_at, journal rows): a query executes and writes nothing. The same number of times, the two
+query sends: on a journal of 200 rows or more, the state kept since the first
+(django_weft.services.replay_cache), as a run that has not moved is queried again. The same queries with
+``WEFT_REPLAY_CACHE_ROWS = 0`` (``replaying_p50_ms``) replay each time, as the first query after the run moves
+does. Each answer must equal the state the journal holds, and the run must be left as it was (status, fence,
+updated_at, journal rows): a query executes and writes nothing. The same number of times, the two
 parts of a query that grow with N are timed alone: loading the journal rows (``fetch_p50_ms``: the querysets
 :mod:`django_weft.services.queries` evaluates) and the dry replay over rows already loaded (``replay_p50_ms``:
 :func:`django_weft.services.replay_check.replay_dry`); the rest of a query (reading the run, the handler, the copy of
@@ -32,6 +35,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connections, router
+from django.test import override_settings
 
 from bench.core import (
     BenchError,
@@ -131,6 +135,7 @@ def build_run(steps: int, prefix: str) -> tuple[Any, float]:
 def measure(handle: Any, steps: int, repeat: int, using: str) -> dict[str, Any]:
     """Time ``repeat`` queries of the run (after one untimed) and the parts of a query that grow with it."""
     from django_weft.models import Timer, WorkflowStep
+    from django_weft.models.instances import loaded as loaded_rows
     from django_weft.services.replay_check import replay_dry
 
     run_id = handle.run_id
@@ -148,6 +153,14 @@ def measure(handle: Any, steps: int, repeat: int, using: str) -> dict[str, Any]:
             answers.append(handle.query(QUERY_NAME))
             walls.append(time.perf_counter() - began)
         counter.active = False
+    # The same queries with the kept state turned off: each replays the journal, as the first query after the
+    # run moves does.
+    replaying: list[float] = []
+    with override_settings(WEFT_REPLAY_CACHE_ROWS=0):
+        for _ in range(repeat):
+            began = time.perf_counter()
+            answers.append(handle.query(QUERY_NAME))
+            replaying.append(time.perf_counter() - began)
     wrong = [answer for answer in answers if answer != expected]
     if wrong:
         raise BenchError(f"run {run_id} of {steps} step(s): query {QUERY_NAME!r} answered {wrong[0]!r}, "
@@ -162,7 +175,7 @@ def measure(handle: Any, steps: int, repeat: int, using: str) -> dict[str, Any]:
     replays: list[float] = []
     for _ in range(repeat):
         began = time.perf_counter()
-        journal = list(WorkflowStep.objects.filter(run=run))
+        journal = list(loaded_rows(WorkflowStep.objects.filter(run=run)))
         timers = list(Timer.objects.filter(run=run, fired_at__isnull=True, seq__isnull=False))
         loaded = time.perf_counter()
         ctx, stopped = replay_dry(run, journal, timers)
@@ -187,6 +200,8 @@ def measure(handle: Any, steps: int, repeat: int, using: str) -> dict[str, Any]:
         "p95_ms": ms(percentile(walls, 95)),
         "max_ms": ms(max(walls)),
         "ms_per_1000_steps": round(p50 * 1000 * 1000 / steps, 3),
+        "replaying_p50_ms": ms(percentile(replaying, 50)),
+        "replaying_p95_ms": ms(percentile(replaying, 95)),
         "fetch_p50_ms": ms(percentile(loads, 50)),
         "replay_p50_ms": ms(percentile(replays, 50)),
         "statements_per_query": round(counter.counts["queries"] / repeat, 2),
@@ -260,16 +275,18 @@ def format_table(figures: dict[str, Any]) -> list[str]:
         f"one run per history length, waiting for signal {STOP_SIGNAL!r} after N durable steps (alternately "
         "ctx.run(weft.bench.step) and ctx.now()), executed by execute_runnable() in drive s; then "
         f"{f['queries_per_length']} handle.query({QUERY_NAME!r}) calls one at a time, after one untimed (first ms)",
-        "fetch ms: loading the journal rows alone, replay ms: the dry replay over loaded rows alone (p50 of as many); "
-        "stmts: statements per query",
+        "replaying p50: the same queries with WEFT_REPLAY_CACHE_ROWS = 0 (each replays, as the first after the run "
+        "moves does); fetch ms: loading the journal rows alone, replay ms: the dry replay over loaded rows alone "
+        "(p50 of as many); stmts: statements per query",
         "",
         f"{'steps':>7} {'journal':>8} {'drive s':>8} {'first ms':>9} {'p50 ms':>9} {'p95 ms':>9} {'max ms':>9} "
-        f"{'ms/1k steps':>12} {'fetch ms':>9} {'replay ms':>10} {'stmts':>6}",
+        f"{'ms/1k steps':>12} {'replaying p50':>14} {'fetch ms':>9} {'replay ms':>10} {'stmts':>6}",
     ]
     for r in f["lengths"]:
         lines.append(f"{r['steps']:>7,} {r['journal_rows']:>8,} {r['drive_seconds']:>8.2f} {r['first_ms']:>9.2f} "
                      f"{r['p50_ms']:>9.2f} {r['p95_ms']:>9.2f} {r['max_ms']:>9.2f} {r['ms_per_1000_steps']:>12.2f} "
-                     f"{r['fetch_p50_ms']:>9.2f} {r['replay_p50_ms']:>10.2f} {r['statements_per_query']:>6.1f}")
+                     f"{r['replaying_p50_ms']:>14.2f} {r['fetch_p50_ms']:>9.2f} {r['replay_p50_ms']:>10.2f} "
+                     f"{r['statements_per_query']:>6.1f}")
     if f["marginal_ms_per_1000_steps"] is not None:
         shortest, longest = f["lengths"][0]["steps"], f["lengths"][-1]["steps"]
         lines += ["", f"marginal cost: {f['marginal_ms_per_1000_steps']:.2f} ms per 1,000 steps (p50 from "

@@ -99,6 +99,12 @@ DEFAULTS: dict[str, Any] = {
     # Journal rows one run may hold: the step that would pass it ends the run as timed_out
     # (termination_reason "history_limit"); use ctx.continue_as_new() long before.
     "MAX_HISTORY": 20_000,
+    # Journal rows of replayed runs a process keeps the state of, so queries and update admissions on a run that
+    # has not moved since answer without replaying its journal again (services.replay_cache); 0 keeps none.
+    "REPLAY_CACHE_ROWS": 20_000,
+    # Journal rows of the runs it parked an executor process keeps, so that a run's next wake in the same process
+    # reads none from the database when no other executor held it in between (runtime.kept_journals); 0 keeps none.
+    "EXECUTOR_CACHE_ROWS": 20_000,
     # Takeovers of a run at the same step (its executors keep dying there) before it fails with
     # failure_category "system".
     "MAX_RECOVERY_ATTEMPTS": 10,

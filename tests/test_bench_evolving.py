@@ -3,7 +3,6 @@ runs they leave with --keep (figures are never asserted)."""
 
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter
 from io import StringIO
@@ -36,15 +35,8 @@ from django_weft.models import (
 from django_weft.services import client
 from django_weft.services.maintenance import run_maintenance
 from django_weft.store import transitions
+from tests.bench_helpers import bench
 from tests.procs import executor_row
-
-
-def bench(*args: str) -> tuple[dict, list[str]]:
-    out = StringIO()
-    call_command("weft_bench", *args, stdout=out, stderr=StringIO())
-    lines = out.getvalue().strip().splitlines()
-    return json.loads(lines[-1]), lines[:-1]
-
 
 # --- --replay-check ----------------------------------------------------------------------------------------
 
@@ -279,3 +271,17 @@ def test_milestones_parse_and_space():
     check_spacing([100, 300], 200, "--milestones")
     with pytest.raises(ValueError, match="299 falls inside"):
         check_spacing([100, 299], 200, "--milestones")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_continue_as_new_bench_with_unkept_times_each_plain_window_again_reading_the_journal():
+    figures, lines = bench("--continue-as-new", "--milestones", "3", "--plain-milestones", "2,7", "--window", "2",
+                           "--continue-every", "4", "--unkept")
+    assert figures["unkept"] is True
+    # Each plain milestone's window is followed by as many signals with nothing kept: 2 + 2 + 2, 7 + 2 + 2.
+    assert [row["journal_rows"] for row in figures["plain"]] == [3, 8]
+    assert [(c["signals"], c["runs"]) for c in figures["chains"]][1] == (11, 1)
+    for row in figures["plain"]:
+        assert row["unkept_ms_per_signal"] > 0 and row["unkept_p50_ms"] > 0
+    assert any("unkept ms/signal" in line for line in lines)
+    assert not Workflow.objects.exists()

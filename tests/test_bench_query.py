@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from datetime import timedelta
 from io import StringIO
@@ -19,19 +18,13 @@ from django_weft.common.codec import decode, encode
 from django_weft.models import RunStatus, StepKind, StepStatus, Workflow, WorkflowStep
 from django_weft.services import client, queries
 from django_weft.services.maintenance import run_maintenance
+from tests.bench_helpers import bench
 from tests.procs import executor_row
 
 FAST = ["--repeat", "3", "--probe-seconds", "0.05"]
-ROW = re.compile(r"^\s*[\d,]+\s+[\d,]+(\s+[\d.]+){9}$")
-FIGURES = ("first_ms", "p50_ms", "p95_ms", "max_ms", "ms_per_1000_steps", "fetch_p50_ms", "replay_p50_ms",
-           "statements_per_query")
-
-
-def bench(*args: str) -> tuple[dict, list[str]]:
-    out = StringIO()
-    call_command("weft_bench", *args, stdout=out, stderr=StringIO())
-    lines = out.getvalue().strip().splitlines()
-    return json.loads(lines[-1]), lines[:-1]
+ROW = re.compile(r"^\s*[\d,]+\s+[\d,]+(\s+[\d.]+){10}$")
+FIGURES = ("first_ms", "p50_ms", "p95_ms", "max_ms", "ms_per_1000_steps", "replaying_p50_ms", "fetch_p50_ms",
+           "replay_p50_ms", "statements_per_query")
 
 
 @pytest.mark.django_db(transaction=True)

@@ -28,6 +28,7 @@ from django_weft.exceptions import (
 from django_weft.models import FailureCategory, StepKind, StepStatus, Timer, Workflow, WorkflowStep
 from django_weft.models.instances import loaded
 from django_weft.observability import events
+from django_weft.runtime import kept_journals
 from django_weft.runtime.context import Context
 from django_weft.runtime.errors import (
     ContinueAsNew,
@@ -97,7 +98,14 @@ def _execute(claim: transitions.Claim, should_stop: Callable[[], bool]) -> str:
     journal: dict[int, WorkflowStep] = {}
     timers: dict[int, Timer] = {}
     if not claim.fresh:
-        journal = {step.seq: step for step in loaded(WorkflowStep.objects.filter(run_id=run.pk))}
+        # Parked here at the fence before this claim's: the journal this process kept is the whole of it (and,
+        # in case a row was written where this process did not see it, as many rows as the database holds).
+        kept = kept_journals.take(run.pk, claim.fence)
+        if kept is not None and WorkflowStep.objects.filter(run_id=run.pk).count() != len(kept):
+            logger.warning("run %s: the journal kept at its park differs from the database's; read again", run.pk)
+            kept = None
+        journal = kept if kept is not None else {
+            step.seq: step for step in loaded(WorkflowStep.objects.filter(run_id=run.pk))}
         if any(step.status == StepStatus.WAITING for step in journal.values()):
             timers = {int(t.seq or 0): t for t in Timer.objects.filter(run_id=run.pk, fired_at__isnull=True,
                                                                        seq__isnull=False)}
@@ -118,7 +126,11 @@ def _execute(claim: transitions.Claim, should_stop: Callable[[], bool]) -> str:
         # Nothing of the execution runs on once it ends: attempts still in flight are asked to stop and waited
         # for before the run is finished, parked or handed back.
         ctx.close_branches()
-    return ending()
+    outcome = ending()
+    whole = ctx.whole_journal() if outcome == WAITING else None
+    if whole is not None:
+        kept_journals.keep(run.pk, claim.fence, whole)  # parked: every row it holds is committed
+    return outcome
 
 
 def _run_code(ctx: Context, claim: transitions.Claim, definition: WorkflowDefinition) -> Callable[[], str]:

@@ -2,7 +2,8 @@
 
 The run's code is replayed dry (django_weft.services.replay_check) up to where the run is now, which rebuilds its
 state and registers its query handlers (``ctx.set_query_handler``); then the handler is called. Works the
-same for waiting, running and finished runs.
+same for waiting, running and finished runs. A long journal's replay is kept while the run does not move
+(django_weft.services.replay_cache).
 """
 
 from __future__ import annotations
@@ -15,13 +16,15 @@ from django_weft.exceptions import PayloadError, PayloadTooDeep, QueryFailed, Qu
 from django_weft.models import Timer, Workflow, WorkflowStep
 from django_weft.models.instances import loaded
 from django_weft.runtime.context import Context
+from django_weft.services import replay_cache
 from django_weft.services.replay_check import replay_dry
 
 
 def query(run: Workflow, name: str, args: tuple) -> Any:
     """The answer of ``run``'s query handler ``name`` to ``args``."""
-    ctx, _ = replay(run)  # a run that failed still answers with the state it had
-    return answer(run, ctx, name, args)
+    state = replay_cache.replayed(run, lambda: replay(run))  # a run that failed still answers with the state it had
+    with state.lock:
+        return answer(run, state.ctx, name, args)
 
 
 def replay(run: Workflow, steps: Iterable[WorkflowStep] | None = None,

@@ -30,7 +30,8 @@ from django_weft.exceptions import (
     WorkflowNotFound,
 )
 from django_weft.models import RunStatus, UpdateStatus, Workflow, WorkflowUpdate
-from django_weft.services import queries, result_waiters
+from django_weft.runtime.context import Context
+from django_weft.services import queries, replay_cache, result_waiters
 from django_weft.services.notices import Listener
 from django_weft.store import inbox, transitions
 from django_weft.store.starts import check_id, check_opaque_id
@@ -131,7 +132,15 @@ def check_update(name: Any, payload: Any, update_id: Any) -> tuple[bytes, str]:
 def validate(run: Workflow, name: str, payload: Any, *, fresh: bool = False) -> None:
     """Rebuild ``run``'s state (nothing runs, nothing is written) and check the update against it: its code
     must register a handler ``name``, and the handler's validator must accept ``payload``."""
-    ctx, stopped = queries.replay(run, [], []) if fresh else queries.replay(run)
+    if fresh:
+        state = replay_cache.Replayed(*queries.replay(run, [], []), rows=0)
+    else:
+        state = replay_cache.replayed(run, lambda: queries.replay(run))
+    with state.lock:
+        _validate(run, state.ctx, state.stopped, name, payload)
+
+
+def _validate(run: Workflow, ctx: Context, stopped: BaseException | None, name: str, payload: Any) -> None:
     if stopped is not None:
         raise UpdateRejected(f"update {name!r} of run {run.run_id}: the run's code could not be replayed "
                              f"({type(stopped).__name__}: {stopped})", name=name) from stopped

@@ -29,3 +29,28 @@ def cart(ctx: weft.Context, user: str) -> dict:
         ctx.logger.info("added %s", sku)
     ctx.logger.info("checked out %d item(s)", len(items))
     return {"items": items, "total": total["value"]}
+
+
+@weft.workflow(name="queries.ledger")
+def ledger(ctx: weft.Context, warm_up: int) -> int:
+    """``warm_up`` durable steps first (a long journal), then deposits by signal until "close"; query
+    "balance", update "withdraw" (refused by its validator beyond the balance)."""
+    balance = {"value": 0}
+    ctx.set_query_handler("balance", lambda: balance["value"])
+
+    def can_withdraw(amount: int) -> None:
+        if amount > balance["value"]:
+            raise ValueError(f"only {balance['value']} to withdraw")
+
+    def withdraw(amount: int) -> int:
+        balance["value"] -= amount
+        return balance["value"]
+
+    ctx.set_update_handler("withdraw", withdraw, validator=can_withdraw)
+    for _ in range(warm_up):
+        ctx.now()
+    while True:
+        name, amount = ctx.wait_for_signal(["deposit", "close"])
+        if name == "close":
+            return balance["value"]
+        balance["value"] += amount

@@ -19,7 +19,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from bench import find_bench, in_caller, published_bench, queue_bench, tasks_bench
+from bench import features_bench, find_bench, in_caller, published_bench, queue_bench, tasks_bench
 from bench.safety import interruptible
 
 
@@ -84,7 +84,7 @@ class Command(BaseCommand):
         "and the journal load and dry replay alone (see bench.query_bench). It refuses to run while "
         "executors are live on the database (their heartbeat rows), and deletes what it created on every exit "
         "path, SIGTERM and Ctrl-C included."
-    ) + find_bench.HELP + in_caller.HELP + queue_bench.HELP + published_bench.HELP
+    ) + find_bench.HELP + in_caller.HELP + queue_bench.HELP + published_bench.HELP + features_bench.HELP
 
     def progress_writer(self) -> Callable[[str], None]:
         """Progress lines go to stderr, so stdout's last line stays the JSON figures."""
@@ -161,6 +161,10 @@ class Command(BaseCommand):
                                  "(default 100,2000; none to skip it).")
         parser.add_argument("--window", type=int, default=None,
                             help="With --continue-as-new: signals sent one at a time per milestone (default 200).")
+        parser.add_argument("--unkept", action="store_true", default=None,
+                            help="With --continue-as-new: after each window of the run that never continues as new, "
+                                 "time as many signals with WEFT_EXECUTOR_CACHE_ROWS = 0 (each wake reads the "
+                                 "journal from the database).")
         parser.add_argument("--continue-every", type=int, default=None,
                             help="With --continue-as-new: signals per run before it continues as new "
                                  "(default 100).")
@@ -168,6 +172,7 @@ class Command(BaseCommand):
         in_caller.add_arguments(parser)
         queue_bench.add_arguments(parser)
         published_bench.add_arguments(parser)
+        features_bench.add_arguments(parser)
         tasks_bench.add_arguments(parser)
         parser.add_argument("--interval", type=float, default=None,
                             help="Poll interval of the weft_maintenance subprocesses (--latency: default 1; "
@@ -176,7 +181,8 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         with interruptible():
             try:
-                plugged = next((m for m in (in_caller, find_bench, queue_bench, published_bench, tasks_bench)
+                plugged = next((m for m in (features_bench, in_caller, find_bench, queue_bench, published_bench,
+                                           tasks_bench)
                                if m.chosen(options)),
                                None)
                 self.run_mode(*plugged.mode(options)) if plugged else self.handle_mode(**options)
@@ -210,7 +216,7 @@ class Command(BaseCommand):
 
     def handle_mode(self, *, workflows: int | None, schedules: int | None, profile: str | None, steps: int,
                     workers: int, probe_seconds: float, timeout: float, keep: bool, **options: Any) -> None:
-        continue_options = ("milestones", "plain_milestones", "window", "continue_every")
+        continue_options = ("milestones", "plain_milestones", "window", "continue_every", "unkept")
         others = ("seed_runs", "processes", "celery_workers", "latency", "interval", "parallel", "sleep_seconds",
                   "repeat")
         if options.get("query_latency") is not None:
@@ -230,11 +236,11 @@ class Command(BaseCommand):
             if workflows is not None or schedules is not None or profile is not None or any(
                     options.get(name) is not None for name in others):
                 raise CommandError("--continue-as-new goes alone (with --milestones, --plain-milestones, --window, "
-                                   "--continue-every, --keep)")
+                                   "--continue-every, --unkept, --keep)")
             self.handle_continue_as_new(options, keep=keep)
             return
         if any(options.get(name) is not None for name in continue_options):
-            raise CommandError("--milestones, --plain-milestones, --window and --continue-every go with "
+            raise CommandError("--milestones, --plain-milestones, --window, --continue-every and --unkept go with "
                                "--continue-as-new")
         if options.get("parallel") is not None:
             alone = ("seed_runs", "processes", "celery_workers", "latency", "interval")
@@ -482,12 +488,13 @@ class Command(BaseCommand):
             if not milestones:
                 raise ValueError("--milestones needs at least one signal count")
             check_spacing(milestones, window, "--milestones")
-            check_spacing(plain, window, "--plain-milestones")
+            unkept = bool(options.get("unkept"))
+            check_spacing(plain, window * (2 if unkept else 1), "--plain-milestones")
         except ValueError as exc:
             raise CommandError(str(exc)) from None
 
         self.run_mode(run_continue_bench, format_table, milestones=milestones, plain_milestones=plain, window=window,
-                      every=every, keep=keep)
+                      every=every, keep=keep, unkept=unkept)
 
     def handle_query_latency(self, lengths: str, repeat: int | None, probe_seconds: float, *, keep: bool) -> None:
         from bench.query_bench import DEFAULT_QUERIES, format_table, parse_lengths, run_query_bench

@@ -373,6 +373,7 @@ def _branch_context(root: Branches, seq: int) -> Any:
     if kind is None:
         kind = _classes.setdefault(type(root), type(f"Branch{type(root).__name__}", (BranchContext, type(root)), {}))
     block = branch_block(seq)
+    root._ran_branch_code = True  # its rows live in the branch's context, not in the run's journal
     rows = {n: row for n, row in root._branch_rows.items() if block < n < block + BRANCH_SPAN}
     code = kind(root._claim, {}, root._timers, root._should_stop, dry=root._dry)
     code._journal, code._branch_rows = rows, {}
@@ -388,6 +389,13 @@ def _branch_context(root: Branches, seq: int) -> Any:
 
 class CodeBranches(Branches):
     """``ctx.start_branch`` (mixed into runtime.context.Context)."""
+
+    def whole_journal(self) -> dict[int, WorkflowStep] | None:
+        """The run's whole journal as this execution leaves it (what it loaded and what it wrote), or None where
+        branches of code keep rows of their own."""
+        if self._branch_rows or self._ran_branch_code:
+            return None
+        return self._journal
 
     @durable
     def start_branch(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> Pending[T]:

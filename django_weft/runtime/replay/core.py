@@ -264,6 +264,9 @@ class ReplayCore:
         self._between_operations(step)
         return seq, step
 
+    # Set once a branch of workflow code (ctx.start_branch, an update handler making durable calls) has a context of
+    # its own, which holds the branch's rows (runtime.replay.code_branches).
+    _ran_branch_code = False
     # The @weft.transaction function running now, if any (runtime.replay.transactions): it may make no durable call.
     _in_transaction = ""
     # An operator's controls of the run's steps (models.StepControl), loaded once if the run has any.
