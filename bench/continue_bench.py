@@ -45,7 +45,7 @@ from django.conf import settings
 from django.db import connections, router, transaction
 from django.test import override_settings
 
-from bench.core import BenchError, SqlCounter, delete_bench_runs, load_average, percentile
+from bench.core import BenchError, SqlCounter, delete_bench_runs, load_average, measure_commit_rate, percentile
 from django_weft.common import clock
 from django_weft.common.registry import workflow
 from django_weft.conf import weft_settings
@@ -303,7 +303,7 @@ def _growth(rows: list[dict[str, Any]]) -> float | None:
 
 def run_continue_bench(*, milestones: list[int], plain_milestones: list[int], window: int = DEFAULT_WINDOW,
                        every: int = DEFAULT_EVERY, keep: bool = False, unkept: bool = False,
-                       progress: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
+                       probe_seconds: float = 2.0, progress: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
     """Run the benchmark and return its figures. Raises :class:`BenchError` if an execution ends otherwise
     than parked or continued, or the chain loses, repeats or keeps a signal."""
     from django_weft.models import Workflow
@@ -322,9 +322,11 @@ def run_continue_bench(*, milestones: list[int], plain_milestones: list[int], wi
     if open_before:
         progress(f"note: {open_before} open run(s) already in the database; the bench executes any that are "
                  "runnable too")
+    load_before = load_average()
+    raw_rate, probe_commits = measure_commit_rate(probe_seconds, using)
+    progress(f"raw commit rate {raw_rate:.0f}/s")
     since = clock.now()
     began = time.perf_counter()
-    load_before = load_average()
     loops: list[_Loop] = []
     try:
         continuing = _Loop("continuing", every)
@@ -352,6 +354,8 @@ def run_continue_bench(*, milestones: list[int], plain_milestones: list[int], wi
         "loadavg_before": load_before,
         "loadavg": load_average(),
         "debug": bool(settings.DEBUG),
+        "raw_commits_per_second": round(raw_rate, 1),
+        "probe_commits": probe_commits,
         "window": window,
         "continue_every": every,
         "unkept": unkept,
@@ -381,7 +385,7 @@ def format_table(figures: dict[str, Any]) -> list[str]:
 
     lines = [
         f"weft_bench --continue-as-new: {f['vendor']}, {f['cpus']} cpu(s), load {f['loadavg_before']} at the start, "
-        f"{f['loadavg']} at the end; a run looping on "
+        f"{f['loadavg']} at the end; raw commits {f['raw_commits_per_second']:,.0f}/s; a run looping on "
         f"ctx.wait_for_signal({TICK!r}); at each milestone (signals consumed) {f['window']} signals are sent one "
         "at a time, each followed by execute_runnable() until the run parks again",
         "ms/signal: mean wall time of weft.signal() + the executions (send ms + exec ms); per signal: queries, "

@@ -125,7 +125,7 @@ def test_mismatches_take_turns_one_run_in_a_hundred():
 
 ROW = re.compile(r"^\s*[\d,]+\s+\d+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+\d+$")
 TINY = ["--continue-as-new", "--milestones", "3,10", "--plain-milestones", "2,5", "--window", "2",
-        "--continue-every", "4"]
+        "--continue-every", "4", "--probe-seconds", "0.2"]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -134,6 +134,7 @@ def test_continue_as_new_bench_measures_each_milestone_for_both_forms_and_delete
 
     assert figures["mode"] == "continue_as_new"
     assert (figures["window"], figures["continue_every"]) == (2, 4)
+    assert figures["raw_commits_per_second"] > 0 and figures["probe_commits"] > 0
     continuing, plain = figures["continuing"], figures["plain"]
     assert [row["signals"] for row in continuing] == [3, 10] and [row["signals"] for row in plain] == [2, 5]
     # Journal rows of the open run at each milestone: its consumed signals and the wait for the next one. The

@@ -237,7 +237,7 @@ class Command(BaseCommand):
                     options.get(name) is not None for name in others):
                 raise CommandError("--continue-as-new goes alone (with --milestones, --plain-milestones, --window, "
                                    "--continue-every, --unkept, --keep)")
-            self.handle_continue_as_new(options, keep=keep)
+            self.handle_continue_as_new(options, probe_seconds, keep=keep)
             return
         if any(options.get(name) is not None for name in continue_options):
             raise CommandError("--milestones, --plain-milestones, --window, --continue-every and --unkept go with "
@@ -462,7 +462,7 @@ class Command(BaseCommand):
 
         self.run_mode(run_replay_bench, format_table, runs=runs, steps=steps, keep=keep)
 
-    def handle_continue_as_new(self, options: dict[str, Any], *, keep: bool) -> None:
+    def handle_continue_as_new(self, options: dict[str, Any], probe_seconds: float, *, keep: bool) -> None:
         from bench.continue_bench import (
             DEFAULT_EVERY,
             DEFAULT_MILESTONES,
@@ -480,6 +480,8 @@ class Command(BaseCommand):
             raise CommandError("--window must be at least 1")
         if every < 1:
             raise CommandError("--continue-every must be at least 1")
+        if probe_seconds <= 0:
+            raise CommandError("--probe-seconds must be positive")
         try:
             milestones = (list(DEFAULT_MILESTONES) if options.get("milestones") is None
                           else parse_milestones(options["milestones"], "--milestones"))
@@ -494,7 +496,7 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
 
         self.run_mode(run_continue_bench, format_table, milestones=milestones, plain_milestones=plain, window=window,
-                      every=every, keep=keep, unkept=unkept)
+                      every=every, keep=keep, unkept=unkept, probe_seconds=probe_seconds)
 
     def handle_query_latency(self, lengths: str, repeat: int | None, probe_seconds: float, *, keep: bool) -> None:
         from bench.query_bench import DEFAULT_QUERIES, format_table, parse_lengths, run_query_bench
