@@ -302,8 +302,8 @@ def _growth(rows: list[dict[str, Any]]) -> float | None:
 
 
 def run_continue_bench(*, milestones: list[int], plain_milestones: list[int], window: int = DEFAULT_WINDOW,
-                       every: int = DEFAULT_EVERY, keep: bool = False, unkept: bool = False,
-                       probe_seconds: float = 2.0, progress: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
+                       every: int = DEFAULT_EVERY, keep: bool = False, unkept: bool = False, probe_seconds: float = 2.0,
+                       progress: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
     """Run the benchmark and return its figures. Raises :class:`BenchError` if an execution ends otherwise
     than parked or continued, or the chain loses, repeats or keeps a signal."""
     from django_weft.models import Workflow
