@@ -85,6 +85,9 @@ class Browser:
         self.page.wait_for_load_state()
 
     def messages(self) -> str:
+        """The page's messages, once it has loaded: a URL that changed says the new page began, not that the
+        browser has parsed it (on a loaded machine the list was read while it was still empty)."""
+        self.page.wait_for_load_state()
         return self.page.locator("ul.messagelist").inner_text()
 
 
