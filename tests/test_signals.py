@@ -231,3 +231,43 @@ def test_weft_signal_command(weft_env):
         call_command("weft_signal", "missing", "item")
     weft_env.drive()
     assert handle.result() == [{"n": 1}]
+
+
+@weft.workflow(name="test.signals.named_wait")
+def named_wait(ctx, names):
+    """Waits for a signal of each name in turn; a name given as a list waits for any of those."""
+    return [ctx.wait_for_signal(name) for name in names]
+
+
+@pytest.mark.parametrize(("names", "problem"), [
+    (["fine", ""], "needs a signal name"),
+    (["fine", "x" * 256], "needs a signal name"),
+    (["fine", "bad\x00name"], "a signal name contains a NUL character"),
+    (["fine", ["ok", "bad\x00"]], "a signal name contains a NUL character"),
+])
+def test_a_wait_for_a_name_no_database_stores_fails_the_run_every_time_it_is_asked(weft_env, names, problem):
+    # Twice each: names that passed are remembered, and one that did not must be refused again.
+    for attempt in range(2):
+        handle = weft.start("test.signals.named_wait", names)
+        weft_env.drive()
+        weft.signal(handle.workflow_id, "fine", attempt)
+        weft_env.drive()
+        with pytest.raises(weft.WorkflowFailed, match=problem):
+            handle.result()
+        assert not WorkflowStep.objects.filter(run_id=handle.run_id, seq=2).exists(), "nothing recorded for it"
+
+
+@weft.workflow(name="test.signals.handler_after_wait")
+def handler_after_wait(ctx):
+    first = ctx.wait_for_signal("go")
+    ctx.set_signal_handler("go", lambda payload=None: None)
+    return [first, ctx.wait_for_signal("go")]
+
+
+def test_a_name_waited_for_then_given_a_handler_is_refused_at_the_next_wait(weft_env):
+    handle = weft.start("test.signals.handler_after_wait")
+    weft_env.drive()
+    handle.signal("go", 1)
+    weft_env.drive()
+    with pytest.raises(weft.WorkflowFailed, match="consumes with a handler"):
+        handle.result()

@@ -123,8 +123,15 @@ def _ext_hook(code: int, data: bytes) -> Any:
 
 
 def _unpack(data: bytes) -> Any:
-    with _Nested():
+    # _Nested's count, written out: this runs for every journal row a replay reads.
+    depth = getattr(_nesting, "depth", 0) + 1
+    if depth > MAX_EXT_NESTING:
+        raise _TooDeep(f"tuples, sets and timedeltas nested more than {MAX_EXT_NESTING - 2} deep")
+    _nesting.depth = depth
+    try:
         return msgpack.unpackb(data, ext_hook=_ext_hook, raw=False, strict_map_key=False, timestamp=0)
+    finally:
+        _nesting.depth = depth - 1
 
 
 def nests_deeper_than(value: Any, levels: int) -> bool:

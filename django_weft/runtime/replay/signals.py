@@ -20,6 +20,17 @@ from django_weft.observability import events
 from django_weft.runtime.replay.core import ReplayCore, durable
 from django_weft.store import journal
 
+# Single signal names that passed Signals._signal_names' checks (which depend on nothing else), so a replay of a
+# long loop of waits checks each name once; bounded, since names may be made up at run time.
+_STORABLE_NAMES: set[str] = set()
+_STORABLE_NAMES_MAX = 4096
+
+
+def _remember_storable(name: str) -> None:
+    if len(_STORABLE_NAMES) >= _STORABLE_NAMES_MAX:
+        _STORABLE_NAMES.clear()
+    _STORABLE_NAMES.add(name)
+
 
 class Signals(ReplayCore):
     """The replay context's signals (mixed into runtime.context.Context)."""
@@ -77,11 +88,15 @@ class Signals(ReplayCore):
         """The names a wait takes, checked, and whether it was given a list of them."""
         several = not isinstance(name_or_names, str)
         names: list[str] = list(name_or_names) if several else [cast(str, name_or_names)]
-        if not names or not all(isinstance(n, str) and n and len(n) <= 255 for n in names):
-            raise InvalidArgument(f"{what} needs a signal name or a list of names (each at most 255 "
-                                  f"characters), got {name_or_names!r}")
+        if several or name_or_names not in _STORABLE_NAMES:  # a loop's wait asks with the same name every step
+            if not names or not all(isinstance(n, str) and n and len(n) <= 255 for n in names):
+                raise InvalidArgument(f"{what} needs a signal name or a list of names (each at most 255 "
+                                      f"characters), got {name_or_names!r}")
+            for name in names:
+                check_text(name, "a signal name")
+            if not several:
+                _remember_storable(cast(str, name_or_names))
         for name in names:
-            check_text(name, "a signal name")
             if name in self._signal_handlers:
                 raise InvalidArgument(f"{what} asks for signal {name!r}, which the code consumes with a handler "
                                       "(ctx.set_signal_handler): wait with ctx.wait_condition for what it changes")
