@@ -97,3 +97,12 @@ def test_an_update_handler_making_durable_calls_keeps_no_journal(weft_env):
     handle.start_update("add_item", "A1")
     assert journal_reads(weft_env.drive) == 1
     assert handle.query("items") == ["A1"]
+
+
+@pytest.mark.django_db
+def test_a_change_of_payload_codec_drops_the_kept_journals(weft_env, settings):
+    handle = balance_run(weft_env)
+    settings.WEFT_PAYLOAD_CODEC = None  # a new key ring (even the same one): rows kept decoded with the old go
+    handle.signal("deposit", 7)
+    assert journal_reads(weft_env.drive) == 1
+    assert handle.query("balance") == 12

@@ -115,3 +115,12 @@ def test_an_operator_action_that_moves_the_fence_drops_the_kept_state(weft_env):
     assert journal_reads(lambda: handle.query("balance")) == (4, 1)
     handle.resume()
     assert journal_reads(lambda: handle.query("balance")) == (4, 1)
+
+
+def test_a_change_of_payload_codec_drops_the_kept_state(weft_env, settings):
+    handle = weft.start("queries.ledger", LONG)
+    weft_env.drive()
+    handle.query("balance")
+    assert journal_reads(lambda: handle.query("balance"))[1] == 0
+    settings.WEFT_PAYLOAD_CODEC = None  # a new key ring (even the same one): rows kept decoded with the old go
+    assert journal_reads(lambda: handle.query("balance")) == (0, 1)

@@ -15,70 +15,38 @@ Up to ``WEFT_EXECUTOR_CACHE_ROWS`` journal rows in all are kept, the least recen
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from typing import Any
 
-from django.core.signals import setting_changed
-
+from django_weft.common.row_bounded_cache import RowBoundedCache
 from django_weft.conf import weft_settings
 from django_weft.models import WorkflowStep
 
-_kept: OrderedDict[Any, tuple[int, dict[int, WorkflowStep]]] = OrderedDict()
-_rows = 0
-_guard = threading.Lock()
+# run id -> (the fence it was parked at, its whole journal by position)
+_kept: RowBoundedCache[Any, tuple[int, dict[int, WorkflowStep]]] = RowBoundedCache()
 
 
 def take(run_id: Any, fence: int) -> dict[int, WorkflowStep] | None:
     """The journal this process parked run ``run_id`` with, if the claim at ``fence`` is the very next one;
     None otherwise (and nothing is kept for the run any more)."""
-    global _rows
-    with _guard:
-        entry = _kept.pop(run_id, None)
-        if entry is None:
-            return None
-        _rows -= len(entry[1])
+    entry = _kept.pop(run_id)
+    if entry is None:
+        return None
     parked_at, journal = entry
     return journal if fence == parked_at + 1 else None
 
 
 def keep(run_id: Any, fence: int, journal: dict[int, WorkflowStep]) -> None:
     """Keep ``journal``, the whole journal of run ``run_id`` as this process parked it at ``fence``."""
-    global _rows
     limit = int(weft_settings.EXECUTOR_CACHE_ROWS or 0)
     if not 0 < len(journal) <= limit:
         forget(run_id)
         return
-    with _guard:
-        old = _kept.pop(run_id, None)
-        if old is not None:
-            _rows -= len(old[1])
-        _kept[run_id] = (fence, journal)
-        _rows += len(journal)
-        while _rows > limit:
-            _, (_, dropped) = _kept.popitem(last=False)
-            _rows -= len(dropped)
+    _kept.put(run_id, (fence, journal), rows=len(journal), limit=limit)
 
 
 def forget(run_id: Any) -> None:
-    global _rows
-    with _guard:
-        entry = _kept.pop(run_id, None)
-        if entry is not None:
-            _rows -= len(entry[1])
+    _kept.pop(run_id)
 
 
 def clear() -> None:
-    global _rows
-    with _guard:
-        _kept.clear()
-        _rows = 0
-
-
-def _codec_changed(*, setting: str, **kwargs: Any) -> None:
-    # Rows kept sealed with a key the new ring may not hold (in production a ring changes with a restart).
-    if setting == "WEFT_PAYLOAD_CODEC":
-        clear()
-
-
-setting_changed.connect(_codec_changed, dispatch_uid="django_weft.kept_journals")
+    _kept.clear()

@@ -16,13 +16,11 @@ query until the run moves.
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.core.signals import setting_changed
-
+from django_weft.common.row_bounded_cache import RowBoundedCache
 from django_weft.conf import weft_settings
 from django_weft.models import RunStatus, Workflow
 from django_weft.runtime.context import Context
@@ -42,12 +40,10 @@ class Replayed:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
-_entries: OrderedDict[Hashable, Replayed] = OrderedDict()
-_rows = 0
-_guard = threading.Lock()
+_entries: RowBoundedCache[tuple[Any, ...], Replayed] = RowBoundedCache()
 
 
-def key_of(run: Workflow) -> Hashable | None:
+def key_of(run: Workflow) -> tuple[Any, ...] | None:
     """The run's cache key as this row shows it, or None when the row says its journal may be moving."""
     if run.status == RunStatus.RUNNING:
         return None
@@ -61,45 +57,18 @@ def replayed(run: Workflow, replay: Callable[[], tuple[Context, BaseException | 
     limit = int(weft_settings.REPLAY_CACHE_ROWS or 0)
     if key is None or limit <= 0:
         return Replayed(*replay(), rows=0)
-    with _guard:
-        entry = _entries.get(key)
-        if entry is not None:
-            _entries.move_to_end(key)
-            return entry
+    entry = _entries.get(key)
+    if entry is not None:
+        return entry
     ctx, stopped = replay()
     entry = Replayed(ctx, stopped, rows=len(ctx._journal))
     if MIN_ROWS <= entry.rows <= limit:
-        _keep(key, entry, limit)
+        # replace=False: another thread may have kept the same state meanwhile. An older key of the same run is
+        # of a journal that has since moved: never looked up again, so it goes now.
+        _entries.put(key, entry, rows=entry.rows, limit=limit, replace=False, drop=lambda k: k[0] == key[0])
     return entry
-
-
-def _keep(key: Hashable, entry: Replayed, limit: int) -> None:
-    global _rows
-    with _guard:
-        if key in _entries:
-            return  # another thread replayed the same state meanwhile
-        # An older key of the same run is of a journal that has since moved: never looked up again.
-        for stale in [k for k in _entries if k[0] == key[0]]:  # type: ignore[index]
-            _rows -= _entries.pop(stale).rows
-        _entries[key] = entry
-        _rows += entry.rows
-        while _rows > limit:
-            _, dropped = _entries.popitem(last=False)
-            _rows -= dropped.rows
 
 
 def clear() -> None:
     """Forget every kept replay (a deploy of new code in this process, tests)."""
-    global _rows
-    with _guard:
-        _entries.clear()
-        _rows = 0
-
-
-def _codec_changed(*, setting: str, **kwargs: Any) -> None:
-    # Rows kept sealed with a key the new ring may not hold (in production a ring changes with a restart).
-    if setting == "WEFT_PAYLOAD_CODEC":
-        clear()
-
-
-setting_changed.connect(_codec_changed, dispatch_uid="django_weft.replay_cache")
+    _entries.clear()
