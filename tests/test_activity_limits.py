@@ -39,10 +39,11 @@ def test_a_gather_runs_at_most_the_activitys_concurrency_at_once(weft_env):
     spans = intervals("g")
     assert len(spans) == 6
     assert most_at_once(spans.values()) == 2, "two at once: the limit, and used"
-    # In start order: the first two began first, each later one after an earlier one ended.
+    # In start order, two at a time: the first two began first, the next two as those ended, then the last two.
+    # Two slots freed at once are granted in order, but the two attempts then begin in threads of their own, so
+    # which of a pair writes its begin first is not the grant order.
     starts = sorted(spans, key=lambda label: spans[label][0])
-    assert starts[:2] == ["g0", "g1"] or starts[:2] == ["g1", "g0"]
-    assert starts[2:] == ["g2", "g3", "g4", "g5"]
+    assert [set(starts[i:i + 2]) for i in (0, 2, 4)] == [{"g0", "g1"}, {"g2", "g3"}, {"g4", "g5"}]
     assert not ActivitySlot.objects.filter(run_id=handle.run_id).exists(), "the run's slots went with it"
 
 

@@ -183,7 +183,13 @@ def encode(value: Any, *, what: str = "payload") -> bytes:
     return payload_crypto.seal(data)  # as it is, unless WEFT_PAYLOAD_CODEC encrypts payloads at rest
 
 
+_SEALED = payload_crypto.MAGIC
+_SEALED_LEN = len(_SEALED)
+
+
 def decode(data: bytes | memoryview | None) -> Any:
     if data is None:
         return None
-    return _unpack(payload_crypto.unseal(bytes(data)))
+    data = bytes(data)
+    # The sealed check written out: a replay decodes every journal row it reads.
+    return _unpack(payload_crypto.unseal(data) if data[:_SEALED_LEN] == _SEALED else data)

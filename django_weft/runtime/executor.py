@@ -101,15 +101,19 @@ def _execute(claim: transitions.Claim, should_stop: Callable[[], bool]) -> str:
         # Parked here at the fence before this claim's: the journal this process kept is the whole of it (and,
         # in case a row was written where this process did not see it, as many rows as the database holds).
         kept = kept_journals.take(run.pk, claim.fence)
-        if kept is not None and WorkflowStep.objects.filter(run_id=run.pk).count() != len(kept):
+        if kept is not None and WorkflowStep.objects.filter(run_id=run.pk).count() != len(kept.journal):
             logger.warning("run %s: the journal kept at its park differs from the database's; read again", run.pk)
             kept = None
-        journal = kept if kept is not None else {
-            step.seq: step for step in loaded(WorkflowStep.objects.filter(run_id=run.pk))}
-        if any(step.status == StepStatus.WAITING for step in journal.values()):
+        if kept is not None:
+            journal = kept.journal
+            claim.has_dependents = kept.has_dependents  # as the execution that parked it left it
+        else:
+            journal = {step.seq: step for step in loaded(WorkflowStep.objects.filter(run_id=run.pk))}
+            claim.has_dependents = any(step.kind == StepKind.CHILD for step in journal.values())
+        # Newest first: a parked run's waiting step is mostly its last.
+        if any(step.status == StepStatus.WAITING for step in reversed(journal.values())):
             timers = {int(t.seq or 0): t for t in Timer.objects.filter(run_id=run.pk, fired_at__isnull=True,
                                                                        seq__isnull=False)}
-    claim.has_dependents = any(step.kind == StepKind.CHILD for step in journal.values())
     if claim.previous_status == transitions.S.RUNNING and claim.previous_owner:
         events.takeover(run, previous_owner=claim.previous_owner, owner=claim.owner)
         poisoned = _count_recovery(claim, len(journal))
@@ -129,7 +133,7 @@ def _execute(claim: transitions.Claim, should_stop: Callable[[], bool]) -> str:
     outcome = ending()
     whole = ctx.whole_journal() if outcome == WAITING else None
     if whole is not None:
-        kept_journals.keep(run.pk, claim.fence, whole)  # parked: every row it holds is committed
+        kept_journals.keep(run.pk, claim.fence, whole, claim.has_dependents)  # parked: its rows are all committed
     return outcome
 
 

@@ -15,33 +15,43 @@ Up to ``WEFT_EXECUTOR_CACHE_ROWS`` journal rows in all are kept, the least recen
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from django_weft.common.row_bounded_cache import RowBoundedCache
 from django_weft.conf import weft_settings
 from django_weft.models import WorkflowStep
 
-# run id -> (the fence it was parked at, its whole journal by position)
-_kept: RowBoundedCache[Any, tuple[int, dict[int, WorkflowStep]]] = RowBoundedCache()
+
+@dataclass(frozen=True)
+class Kept:
+    """A parked run's whole journal by position, the fence it was parked at, and whether closing the run has more
+    to do than close it (store.transitions.Claim.has_dependents: children, slots, updates), as its execution left
+    that: the next one need not look through every row for children."""
+
+    fence: int
+    journal: dict[int, WorkflowStep]
+    has_dependents: bool
 
 
-def take(run_id: Any, fence: int) -> dict[int, WorkflowStep] | None:
-    """The journal this process parked run ``run_id`` with, if the claim at ``fence`` is the very next one;
-    None otherwise (and nothing is kept for the run any more)."""
+# run id -> what it was parked with
+_kept: RowBoundedCache[Any, Kept] = RowBoundedCache()
+
+
+def take(run_id: Any, fence: int) -> Kept | None:
+    """What this process parked run ``run_id`` with, if the claim at ``fence`` is the very next one; None
+    otherwise (and nothing is kept for the run any more)."""
     entry = _kept.pop(run_id)
-    if entry is None:
-        return None
-    parked_at, journal = entry
-    return journal if fence == parked_at + 1 else None
+    return entry if entry is not None and fence == entry.fence + 1 else None
 
 
-def keep(run_id: Any, fence: int, journal: dict[int, WorkflowStep]) -> None:
+def keep(run_id: Any, fence: int, journal: dict[int, WorkflowStep], has_dependents: bool) -> None:
     """Keep ``journal``, the whole journal of run ``run_id`` as this process parked it at ``fence``."""
     limit = int(weft_settings.EXECUTOR_CACHE_ROWS or 0)
     if not 0 < len(journal) <= limit:
         forget(run_id)
         return
-    _kept.put(run_id, (fence, journal), rows=len(journal), limit=limit)
+    _kept.put(run_id, Kept(fence, journal, has_dependents), rows=len(journal), limit=limit)
 
 
 def forget(run_id: Any) -> None:

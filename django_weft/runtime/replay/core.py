@@ -54,6 +54,9 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
+# Read on every step of a replay: plain values, not the enum's class attribute lookups.
+_CANCELLED, _WAITING = str(StepStatus.CANCELLED.value), str(StepStatus.WAITING.value)
+
 # The branch context whose code this thread runs (runtime.replay.code_branches), if any.
 running_branch: contextvars.ContextVar[Any] = contextvars.ContextVar("weft_running_branch", default=None)
 
@@ -240,7 +243,8 @@ class ReplayCore:
     def _next(self, kind: str, name: str, *, branch: bool = False) -> tuple[int, WorkflowStep | None]:
         """The next position and its journal row. A cancel not delivered yet is delivered here if the call would
         wait or do new work (a ``branch`` started before the cancel is rebuilt: the wait for it raises)."""
-        self._refuse_in_handler(f"{kind} {name!r}")
+        if self._in_handler or self._in_transaction:  # (the check, not its message, is on every step's path)
+            self._refuse_in_handler(f"{kind} {name!r}")
         self._seq += 1
         seq = self._seq
         step = self._journal.get(seq)
@@ -254,12 +258,12 @@ class ReplayCore:
                 f"calls in the same order on every replay{hint}",
                 seq=seq, recorded=f"{step.kind} {step.name!r}", requested=f"{kind} {name!r}",
             )
-        if step is not None and step.status == StepStatus.CANCELLED and (step.error or {}).get("delivered"):
+        if step is not None and step.status == _CANCELLED and (step.error or {}).get("delivered"):
             self._cancel_delivered = True  # the cancel was delivered here
             raise self._cancelled()
         if step is None and seq > self._max_history:
             raise HistoryLimitReached(seq, self._max_history)
-        if (step is None or (step.status == StepStatus.WAITING and not branch)) and self._cancel_due():
+        if (step is None or (step.status == _WAITING and not branch)) and self._cancel_due():
             raise self._deliver_cancel(seq, kind, name, step)
         self._between_operations(step)
         return seq, step

@@ -97,7 +97,9 @@ class Inbox(Signals, Handlers):
     # --- between operations ---
 
     def _between_operations(self, step: WorkflowStep | None) -> None:
-        self._replay_handled()
+        row = self._journal.get(self._seq + 1)
+        if row is not None and row.kind in HANDLER_KINDS:
+            self._replay_handled()
         if self._dry or not (self._update_handlers or self._signal_handlers) or self._seq < self._journal_end:
             return
         if not self._claim.lost:

@@ -24,6 +24,7 @@ from django_weft.store import journal
 # long loop of waits checks each name once; bounded, since names may be made up at run time.
 _STORABLE_NAMES: set[str] = set()
 _STORABLE_NAMES_MAX = 4096
+_COMPLETED = str(StepStatus.COMPLETED.value)
 
 
 def _remember_storable(name: str) -> None:
@@ -46,9 +47,9 @@ class Signals(ReplayCore):
         """
         names, several = self._signal_names(name_or_names, "wait_for_signal")
         seconds = None if timeout is None else to_seconds(timeout, "wait_for_signal timeout", allow_zero=True)
-        label = "|".join(names)
+        label = "|".join(names) if several else names[0]
         seq, step = self._next(StepKind.SIGNAL, label)
-        if step is not None and step.status == StepStatus.COMPLETED:
+        if step is not None and step.status == _COMPLETED:
             value = decode(step.result)
             return tuple(value) if several else value
         if step is not None and step.status == StepStatus.FAILED:
@@ -86,6 +87,10 @@ class Signals(ReplayCore):
 
     def _signal_names(self, name_or_names: str | Sequence[str], what: str) -> tuple[list[str], bool]:
         """The names a wait takes, checked, and whether it was given a list of them."""
+        if name_or_names.__class__ is str and name_or_names in _STORABLE_NAMES:  # a loop's wait: the same name
+            if name_or_names in self._signal_handlers:
+                raise self._handled_by_handler(what, name_or_names)
+            return [name_or_names], False
         several = not isinstance(name_or_names, str)
         names: list[str] = list(name_or_names) if several else [cast(str, name_or_names)]
         if several or name_or_names not in _STORABLE_NAMES:  # a loop's wait asks with the same name every step
@@ -98,9 +103,13 @@ class Signals(ReplayCore):
                 _remember_storable(cast(str, name_or_names))
         for name in names:
             if name in self._signal_handlers:
-                raise InvalidArgument(f"{what} asks for signal {name!r}, which the code consumes with a handler "
-                                      "(ctx.set_signal_handler): wait with ctx.wait_condition for what it changes")
+                raise self._handled_by_handler(what, name)
         return names, several
+
+    @staticmethod
+    def _handled_by_handler(what: str, name: str) -> InvalidArgument:
+        return InvalidArgument(f"{what} asks for signal {name!r}, which the code consumes with a handler "
+                               "(ctx.set_signal_handler): wait with ctx.wait_condition for what it changes")
 
     def _next_signal(self, names: list[str]) -> Signal | None:
         return self._unconsumed(names).first()
