@@ -11,10 +11,12 @@ p50/p95, the split between sending and executing, and the statements and committ
 (counted on the connection).
 
 The same window is measured for the form that never continues as new, at ``--plain-milestones`` (100 and
-2,000): every wake replays its whole journal, so its cost grows with the signals consumed, which is why it
-is capped (and WEFT_MAX_HISTORY ends such a run; the default allows 20,000 rows). Its wakes find the journal
-this process kept when it parked the run (django_weft.runtime.kept_journals); a second window at each plain
-milestone, with ``WEFT_EXECUTOR_CACHE_ROWS = 0``, times them reading it from the database as well.
+2,000): its journal grows with the signals consumed, which is why it is capped (and WEFT_MAX_HISTORY ends
+such a run; the default allows 20,000 rows). Its wakes find its code where it parked, on this thread
+(django_weft.runtime.sticky_runs), and go on from there. With ``--unkept`` two more windows at each plain
+milestone time the wakes with ``WEFT_STICKY_ROWS = 0`` (each replays the whole journal this process kept when
+it parked the run, django_weft.runtime.kept_journals), then with ``WEFT_EXECUTOR_CACHE_ROWS = 0`` as well (each
+also reads the journal from the database).
 
 Between milestones the runs are fast-forwarded: signals are sent in batches (one transaction per batch,
 locking the run once and delivering each signal as ``weft.signal()`` does), and a parked run that finds
@@ -285,10 +287,15 @@ def _measure(loop: _Loop, milestones: list[int], window: int, batch: int, using:
                "fast_forward_signals": signals, "fast_forward_seconds": round(fast, 3), "loadavg": load_average()}
         loop.check()
         if compare_unkept:
-            # The same window again with nothing kept between wakes: each reads the journal from the database.
-            with override_settings(WEFT_EXECUTOR_CACHE_ROWS=0):
+            # The same window again with the code not kept where it parked (each wake replays the journal its
+            # executor kept), then with nothing kept (each also reads the journal from the database).
+            with override_settings(WEFT_STICKY_ROWS=0):
+                replayed = loop.window(window, using)
+            loop.check()
+            with override_settings(WEFT_STICKY_ROWS=0, WEFT_EXECUTOR_CACHE_ROWS=0):
                 unkept = loop.window(window, using)
             loop.check()
+            row["replayed_ms_per_signal"], row["replayed_p50_ms"] = replayed["ms_per_signal"], replayed["p50_ms"]
             row["unkept_ms_per_signal"], row["unkept_p50_ms"] = unkept["ms_per_signal"], unkept["p50_ms"]
         rows.append(row)
         progress(f"{loop.form}: {row['ms_per_signal']:.2f} ms/signal at {milestone}")
@@ -315,7 +322,7 @@ def run_continue_bench(*, milestones: list[int], plain_milestones: list[int], wi
     limit = int(weft_settings.MAX_HISTORY)
     if every + 1 > limit:
         raise BenchError(f"--continue-every {every}: a run would reach WEFT_MAX_HISTORY ({limit}) first")
-    if plain_milestones and plain_milestones[-1] + (2 if unkept else 1) * window + 1 > limit:
+    if plain_milestones and plain_milestones[-1] + (3 if unkept else 1) * window + 1 > limit:
         raise BenchError(f"--plain-milestones {plain_milestones[-1]} + --window {window}: the run that never "
                          f"continues as new would reach WEFT_MAX_HISTORY ({limit}) and time out")
     open_before = Workflow.objects.open().count()
@@ -400,10 +407,14 @@ def format_table(figures: dict[str, Any]) -> list[str]:
             "",
             f"never continuing as new: capped at {f['plain'][-1]['signals']:,} signals, because each wake replays "
             f"the whole journal, so the cost grows with it (and WEFT_MAX_HISTORY={f['max_history']} "
-            "times the run out)" + ("; unkept: as many signals more with WEFT_EXECUTOR_CACHE_ROWS = 0 (each wake "
-                                    "also reads the journal from the database)" if f["unkept"] else ""),
-            head + (f" {'unkept ms/signal':>17} {'unkept p50':>11}" if f["unkept"] else ""),
-            *[line + (f" {r['unkept_ms_per_signal']:>17.3f} {r['unkept_p50_ms']:>11.3f}" if f["unkept"] else "")
+            "times the run out)" + ("; replayed: as many signals more with WEFT_STICKY_ROWS = 0 (each wake replays "
+                                    "the journal its executor kept); unkept: as many again with "
+                                    "WEFT_EXECUTOR_CACHE_ROWS = 0 too (each also reads the journal from the database)"
+                                    if f["unkept"] else ""),
+            head + (f" {'replayed ms/signal':>19} {'replayed p50':>13} {'unkept ms/signal':>17} {'unkept p50':>11}"
+                    if f["unkept"] else ""),
+            *[line + (f" {r['replayed_ms_per_signal']:>19.3f} {r['replayed_p50_ms']:>13.3f}"
+                      f" {r['unkept_ms_per_signal']:>17.3f} {r['unkept_p50_ms']:>11.3f}" if f["unkept"] else "")
               for line, r in zip(lines_of(f["plain"]), f["plain"], strict=True)],
         ]
     growth = [f"with continue_as_new {f['continuing_growth']}x" if f["continuing_growth"] is not None else "",

@@ -105,6 +105,9 @@ DEFAULTS: dict[str, Any] = {
     # Journal rows of the runs it parked an executor process keeps, so that a run's next wake in the same process
     # reads none from the database when no other executor held it in between (runtime.kept_journals); 0 keeps none.
     "EXECUTOR_CACHE_ROWS": 20_000,
+    # Journal rows of the runs whose workflow code each executor thread keeps suspended where they parked, so a
+    # run's next wake on that thread goes on from there without replaying (runtime.sticky_runs); 0 keeps none.
+    "STICKY_ROWS": 20_000,
     # Takeovers of a run at the same step (its executors keep dying there) before it fails with
     # failure_category "system".
     "MAX_RECOVERY_ATTEMPTS": 10,

@@ -121,3 +121,26 @@ def test_a_key_that_is_not_a_string_fails_the_run_naming_the_activity(weft_env):
     run = handle.refresh()
     assert run.status == RunStatus.FAILED
     assert "the key of activity 'flowctl.bad_key' must be a non-empty string" in run.error["message"]
+
+
+def test_a_slot_request_the_database_aborts_over_a_deadlock_is_made_again(weft_env, monkeypatch):
+    # InnoDB rolls back one transaction of a deadlock (seen with executors killed mid-attempt on MariaDB): the
+    # request decides from what it reads under the activity's lock, so it is made again, not the run failed.
+    from django.db import OperationalError
+
+    from django_weft.store import activity_slots, lock_retries
+
+    real_grant, calls = activity_slots._grant, []
+
+    def deadlocked_once(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise OperationalError(lock_retries.MYSQL_DEADLOCK, "Deadlock found when trying to get lock")
+        return real_grant(*args, **kwargs)
+
+    monkeypatch.setattr(activity_slots, "_grant", deadlocked_once)
+    before = lock_retries.RETRIES[("slot_acquire", "deadlock")]
+    handle = weft.start(fan_out, {"prefix": "dl", "count": 1})
+    weft_env.drive()
+    assert handle.result() == ["dl0"]
+    assert lock_retries.RETRIES[("slot_acquire", "deadlock")] == before + 1

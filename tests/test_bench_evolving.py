@@ -276,13 +276,15 @@ def test_milestones_parse_and_space():
 
 @pytest.mark.django_db(transaction=True)
 def test_continue_as_new_bench_with_unkept_times_each_plain_window_again_reading_the_journal():
-    figures, lines = bench("--continue-as-new", "--milestones", "3", "--plain-milestones", "2,7", "--window", "2",
+    figures, lines = bench("--continue-as-new", "--milestones", "3", "--plain-milestones", "2,9", "--window", "2",
                            "--continue-every", "4", "--unkept")
     assert figures["unkept"] is True
-    # Each plain milestone's window is followed by as many signals with nothing kept: 2 + 2 + 2, 7 + 2 + 2.
-    assert [row["journal_rows"] for row in figures["plain"]] == [3, 8]
-    assert [(c["signals"], c["runs"]) for c in figures["chains"]][1] == (11, 1)
+    # Each plain milestone's window is followed by as many signals replayed and as many with nothing kept:
+    # 2 + 2 + 2 + 2, then 9 + 2 + 2 + 2.
+    assert [row["journal_rows"] for row in figures["plain"]] == [3, 10]
+    assert [(c["signals"], c["runs"]) for c in figures["chains"]][1] == (15, 1)
     for row in figures["plain"]:
         assert row["unkept_ms_per_signal"] > 0 and row["unkept_p50_ms"] > 0
+        assert row["replayed_ms_per_signal"] > 0 and row["replayed_p50_ms"] > 0
     assert any("unkept ms/signal" in line for line in lines)
     assert not Workflow.objects.exists()

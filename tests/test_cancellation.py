@@ -101,7 +101,8 @@ def plain(ctx: weft.Context) -> None:
         done.append("finally ran" + (" while parking" if ctx.is_parking else ""))
 
 
-def test_uncaught_the_run_ends_cancelled_and_its_finally_runs_once_for_real(weft_env):
+def test_uncaught_the_run_ends_cancelled_and_its_finally_runs_once_for_real(weft_env, settings):
+    settings.WEFT_STICKY_ROWS = 0  # the code unwinds at each park
     handle = weft.start(plain)
     weft_env.drive()
     assert done == ["a", "finally ran while parking"]
@@ -109,6 +110,16 @@ def test_uncaught_the_run_ends_cancelled_and_its_finally_runs_once_for_real(weft
     weft_env.drive()
     assert handle.status == RunStatus.CANCELLED
     assert done == ["a", "finally ran while parking", "finally ran"]
+
+
+def test_code_that_stayed_parked_sees_the_cancel_and_its_finally_runs_once(weft_env):
+    handle = weft.start(plain)
+    weft_env.drive()
+    assert done == ["a"]  # parked without unwinding (runtime.sticky_runs): its finally has not run
+    handle.cancel("stop")
+    weft_env.drive()
+    assert handle.status == RunStatus.CANCELLED
+    assert done == ["a", "finally ran"]
 
 
 @weft.workflow(name="cx.swallow")

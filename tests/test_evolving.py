@@ -50,7 +50,8 @@ def kinds(handle) -> list[str]:
 # --- a deploy, simulated --------------------------------------------------------------------------------
 
 
-def test_a_deploy_the_replay_check_guards(weft_env, deploy):
+def test_a_deploy_the_replay_check_guards(weft_env, deploy, settings):
+    settings.WEFT_STICKY_ROWS = 0  # a deploy restarts the process: no code stays parked across it
     # On deploy 1: runs of both workflows, parked before the change point ("first") and after it ("second").
     runs = {}
     for workflow in ("patched", "unguarded"):

@@ -377,7 +377,8 @@ def test_an_outcome_the_database_refuses_is_a_resource_failure(weft_env, monkeyp
 # --- system ---------------------------------------------------------------------------------------------------
 
 
-def test_code_that_no_longer_matches_the_journal_is_a_system_failure(weft_env):
+def test_code_that_no_longer_matches_the_journal_is_a_system_failure(weft_env, settings):
+    settings.WEFT_STICKY_ROWS = 0  # a deploy restarts the process: no code stays parked across it
     handle = weft.start("fc.changing", "nd")
     weft_env.drive()
     SHAPE["step"] = "b"  # a deploy changed the first step without ctx.patched

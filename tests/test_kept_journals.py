@@ -15,6 +15,11 @@ from tests.procs import journal, run_once
 LONG = 300
 
 
+@pytest.fixture(autouse=True)
+def _nothing_stays_parked(settings):
+    settings.WEFT_STICKY_ROWS = 0  # code that stays parked needs no journal at all (tests/test_sticky_runs.py)
+
+
 def journal_reads(call) -> int:
     """How many SELECTs of journal rows ``call()`` sends (a COUNT of them is not one)."""
     table = WorkflowStep._meta.db_table

@@ -84,7 +84,8 @@ def test_deterministic_values_are_recorded_and_replayed(weft_env):
     assert result["side"] == 1
 
 
-def test_changed_code_raises_non_determinism_error(weft_env, monkeypatch):
+def test_changed_code_raises_non_determinism_error(weft_env, monkeypatch, settings):
+    settings.WEFT_STICKY_ROWS = 0  # a deploy restarts the process: no code stays parked across it
     handle = weft.start("test.changing", "nd")
     weft_env.drive()
     assert handle.status == "waiting"

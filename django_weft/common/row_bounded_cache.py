@@ -24,11 +24,12 @@ V = TypeVar("V")
 class RowBoundedCache(Generic[K, V]):
     """A thread-safe LRU map whose bound is the sum of its entries' row counts."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, emptied_by_codec_change: bool = True) -> None:
         self._entries: OrderedDict[K, tuple[V, int]] = OrderedDict()
         self._rows = 0
         self._guard = threading.Lock()
-        _caches.add(self)
+        if emptied_by_codec_change:
+            _caches.add(self)
 
     def get(self, key: K) -> V | None:
         """The value kept at ``key`` (now the most recently used), or None."""
@@ -57,24 +58,40 @@ class RowBoundedCache(Generic[K, V]):
         limit: int,
         replace: bool = True,
         drop: Callable[[K], bool] | None = None,
-    ) -> bool:
+    ) -> list[V]:
         """Keep ``value`` (``rows`` journal rows) at ``key``, then drop the least recently used entries until
-        at most ``limit`` rows are kept. ``replace=False`` leaves a value already kept at ``key`` in place;
-        ``drop`` names other keys to remove first (older keys of the same run). True if ``value`` was kept."""
+        at most ``limit`` rows are kept. ``replace=False`` leaves a value already kept at ``key`` in place (and
+        ``value`` is not kept); ``drop`` names other keys to remove first (older keys of the same run). The
+        values no longer kept, ``value`` among them if it was not kept (a cache whose values hold more than
+        memory disposes of them)."""
+        dropped: list[V] = []
         with self._guard:
             if key in self._entries:
                 if not replace:
-                    return False
-                self._rows -= self._entries.pop(key)[1]
+                    return [value]
+                old, old_rows = self._entries.pop(key)
+                self._rows -= old_rows
+                dropped.append(old)
             if drop is not None:
                 for stale in [k for k in self._entries if drop(k)]:
-                    self._rows -= self._entries.pop(stale)[1]
+                    old, old_rows = self._entries.pop(stale)
+                    self._rows -= old_rows
+                    dropped.append(old)
             self._entries[key] = (value, rows)
             self._rows += rows
             while self._rows > limit:
-                _, (_, dropped) = self._entries.popitem(last=False)
-                self._rows -= dropped
-            return key in self._entries
+                _, (old, old_rows) = self._entries.popitem(last=False)
+                self._rows -= old_rows
+                dropped.append(old)
+        return dropped
+
+    def drain(self) -> list[V]:
+        """Remove every entry; the values."""
+        with self._guard:
+            values = [value for value, _ in self._entries.values()]
+            self._entries.clear()
+            self._rows = 0
+        return values
 
     def clear(self) -> None:
         with self._guard:

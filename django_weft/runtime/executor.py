@@ -8,6 +8,7 @@ import traceback
 from collections.abc import Callable
 from datetime import timedelta
 from functools import partial
+from typing import Any
 
 from django.db import DatabaseError
 
@@ -28,7 +29,7 @@ from django_weft.exceptions import (
 from django_weft.models import FailureCategory, StepKind, StepStatus, Timer, Workflow, WorkflowStep
 from django_weft.models.instances import loaded
 from django_weft.observability import events
-from django_weft.runtime import kept_journals
+from django_weft.runtime import kept_journals, sticky_runs
 from django_weft.runtime.context import Context
 from django_weft.runtime.errors import (
     ContinueAsNew,
@@ -71,15 +72,18 @@ DATABASE_REFUSED = "database_refused"
 HISTORY_WARNING = 0.8
 
 
-def execute(claim: transitions.Claim, should_stop: Callable[[], bool] = lambda: False) -> str:
-    """Drive ``claim.run`` until it parks, finishes, or is taken away. Never raises for workflow errors."""
+def execute(claim: transitions.Claim, should_stop: Callable[[], bool] = lambda: False, *,
+            stay_parked: bool = True) -> str:
+    """Drive ``claim.run`` until it parks, finishes, or is taken away. Never raises for workflow errors.
+    ``stay_parked=False``: this thread will not claim the run again (a caller's), so its code is not kept where
+    it parks (runtime.sticky_runs)."""
     with events.execution(claim.run) as observed:  # its span is current while the workflow's code runs
-        outcome = _execute(claim, should_stop)
+        outcome = _execute(claim, should_stop, stay_parked)
         observed.ended(outcome)
     return outcome
 
 
-def _execute(claim: transitions.Claim, should_stop: Callable[[], bool]) -> str:
+def _execute(claim: transitions.Claim, should_stop: Callable[[], bool], stay_parked: bool) -> str:
     run = claim.run
     now = clock.now()
     if run.execution_deadline is not None and run.execution_deadline <= now:
@@ -97,16 +101,24 @@ def _execute(claim: transitions.Claim, should_stop: Callable[[], bool]) -> str:
     # have timers.
     journal: dict[int, WorkflowStep] = {}
     timers: dict[int, Timer] = {}
+    sticky: sticky_runs.StickyCode | None = None
     if not claim.fresh:
-        # Parked here at the fence before this claim's: the journal this process kept is the whole of it (and,
-        # in case a row was written where this process did not see it, as many rows as the database holds).
-        kept = kept_journals.take(run.pk, claim.fence)
-        if kept is not None and WorkflowStep.objects.filter(run_id=run.pk).count() != len(kept.journal):
+        # Parked on this thread at the fence before this claim's: its code waits where it parked, and the journal
+        # it holds is the whole of it (runtime.sticky_runs). Parked by this process: the journal it kept is
+        # (runtime.kept_journals). Either way, in case a row was written where this process did not see it, only
+        # if the database holds as many rows.
+        sticky = sticky_runs.take(run.pk, claim.fence, definition)
+        kept = None if sticky is not None else kept_journals.take(run.pk, claim.fence)
+        held = sticky.ctx._journal if sticky is not None else kept.journal if kept is not None else None
+        if held is not None and WorkflowStep.objects.filter(run_id=run.pk).count() != len(held):
             logger.warning("run %s: the journal kept at its park differs from the database's; read again", run.pk)
-            kept = None
+            if sticky is not None:
+                sticky.let_go()
+            sticky = kept = held = None
         if kept is not None:
-            journal = kept.journal
             claim.has_dependents = kept.has_dependents  # as the execution that parked it left it
+        if held is not None:
+            journal = held
         else:
             journal = {step.seq: step for step in loaded(WorkflowStep.objects.filter(run_id=run.pk))}
             claim.has_dependents = any(step.kind == StepKind.CHILD for step in journal.values())
@@ -118,30 +130,61 @@ def _execute(claim: transitions.Claim, should_stop: Callable[[], bool]) -> str:
         events.takeover(run, previous_owner=claim.previous_owner, owner=claim.owner)
         poisoned = _count_recovery(claim, len(journal))
         if poisoned is not None:
+            if sticky is not None:
+                sticky.let_go()
             return poisoned
     if len(journal) >= HISTORY_WARNING * weft_settings.MAX_HISTORY:
         logger.warning("run %s of %s holds %d journal rows, %d%% of WEFT_MAX_HISTORY (%d); it times out at the "
                        "limit: let it ctx.continue_as_new()", run.pk, run.workflow_type, len(journal),
                        100 * len(journal) // weft_settings.MAX_HISTORY, weft_settings.MAX_HISTORY)
-    ctx = Context(claim, journal, timers, should_stop)
+    if sticky is not None:
+        ctx = sticky.ctx
+        ctx.resume(claim, timers, should_stop)
+    else:
+        ctx = Context(claim, journal, timers, should_stop)
+        if stay_parked and weft_settings.STICKY_ROWS:
+            sticky = sticky_runs.StickyCode(ctx, definition, partial(run_workflow_code, ctx, definition, run.input))
     try:
-        ending = _run_code(ctx, claim, definition)
+        ending, stays = _run_code(ctx, claim, definition, sticky)
     finally:
         # Nothing of the execution runs on once it ends: attempts still in flight are asked to stop and waited
         # for before the run is finished, parked or handed back.
         ctx.close_branches()
     outcome = ending()
+    if stays and sticky is not None and outcome == WAITING:
+        sticky_runs.keep(run.pk, claim.fence, sticky)  # its code waits where it parked, on this thread
     whole = ctx.whole_journal() if outcome == WAITING else None
     if whole is not None:
-        kept_journals.keep(run.pk, claim.fence, whole, claim.has_dependents)  # parked: its rows are all committed
+        # Parked: its rows are all committed. For another thread of this process that claims it next (the code kept
+        # on this one is then let go, its fence passed).
+        kept_journals.keep(run.pk, claim.fence, whole, claim.has_dependents)
     return outcome
 
 
-def _run_code(ctx: Context, claim: transitions.Claim, definition: WorkflowDefinition) -> Callable[[], str]:
-    """Run the workflow's code over its journal; how its execution ends, to apply once nothing of it runs."""
+def _run_code(ctx: Context, claim: transitions.Claim, definition: WorkflowDefinition,
+              sticky: sticky_runs.StickyCode | None) -> tuple[Callable[[], str], bool]:
+    """Run the workflow's code over its journal (in ``sticky``'s greenlet, or on from where it parked there); how
+    its execution ends, to apply once nothing of it runs, and whether the code stays parked in ``sticky``."""
+    stays = False
+
+    def code() -> Any:
+        nonlocal stays
+        if sticky is None:
+            return run_workflow_code(ctx, definition, claim.run.input)
+        stays, value = sticky.switch_in()
+        if stays:
+            raise Suspend()  # parked, its code waiting where it parked
+        return value
+
+    ending = _ending(ctx, claim, definition, code)
+    return ending, stays
+
+
+def _ending(ctx: Context, claim: transitions.Claim, definition: WorkflowDefinition,
+            code: Callable[[], Any]) -> Callable[[], str]:
     run = claim.run
     try:
-        value = run_workflow_code(ctx, definition, run.input)
+        value = code()
         ctx.assert_journal_consumed()
         result = encode(value, what=f"result of workflow {run.workflow_type!r}")
     except Suspend:

@@ -26,6 +26,7 @@ from django_weft.common import clock, queues
 from django_weft.common.queues import ActivityLimits
 from django_weft.models import ActivityLimitState, ActivitySlot, ActivitySlotState, RunStatus, Workflow
 from django_weft.store import wakeups
+from django_weft.store.lock_retries import retrying
 
 logger = logging.getLogger("django_weft.activity_slots")
 
@@ -54,6 +55,7 @@ def _lock(activity: str, now: datetime, declared: ActivityLimits | None = None) 
                           keyed=state.keyed)
 
 
+@retrying("slot_acquire")  # decided under the activity's lock from what it reads: safe to run again
 def acquire(activity: str, limits: ActivityLimits, key: str | None, run_id: Any, seq: int,
             now: datetime) -> tuple[bool, datetime | None]:
     """Ask for the slot of step ``seq`` of run ``run_id``: (True, None) once it is held (at once, or granted
@@ -74,6 +76,7 @@ def acquire(activity: str, limits: ActivityLimits, key: str | None, run_id: Any,
         return slot.pk in granted, (None if slot.pk in granted else retry_at)
 
 
+@retrying("slot_release")  # decided under the activity's lock from what it reads: safe to run again
 def release(activity: str, run_id: Any, seq: int, now: datetime) -> None:
     """The attempt of step ``seq`` ended: its slot is free, and waiting attempts that fit now are granted."""
     with transaction.atomic(using=router.db_for_write(ActivitySlot)):
@@ -84,6 +87,7 @@ def release(activity: str, run_id: Any, seq: int, now: datetime) -> None:
         _grant(activity, limits, now, exclude_run=run_id, if_waiting=True)
 
 
+@retrying("slot_grant")  # decided under the activity's lock from what it reads: safe to run again
 def grant_waiting(activity: str, now: datetime) -> int:
     """A grant pass of ``activity`` (after a run freed its slots; the maintenance pass's, for rate windows)."""
     with transaction.atomic(using=router.db_for_write(ActivitySlot)):

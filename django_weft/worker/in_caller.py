@@ -92,7 +92,7 @@ def run(
     leases = _lease_keeper()
     leases.hold(claims)
     try:
-        executor.execute(claims[0])
+        executor.execute(claims[0], stay_parked=False)  # an executor takes it from its park, not this caller
     finally:
         leases.drop(claims[0])
     return handle

@@ -84,6 +84,8 @@ WEFT_SCHEDULES = {
 
 # Who executes runs: the weft_maintenance loop (default) or Celery workers (WEFT_EXECUTOR=celery).
 WEFT_EXECUTOR = os.environ.get("WEFT_EXECUTOR", "loop")
+# 0: each wake replays its run's journal (for benchmarks that compare; README, "Code that stays parked").
+WEFT_STICKY_ROWS = int(os.environ.get("WEFT_STICKY_ROWS", "20000"))
 # PostgreSQL LISTEN/NOTIFY wake-ups for idle loops (WEFT_NOTIFY=0 turns them off, for comparison).
 WEFT_NOTIFY = os.environ.get("WEFT_NOTIFY", "1") == "1"
 # PostgreSQL group commit of step commits ready at the same moment (off by default; WEFT_GROUP_COMMIT=1, to compare).

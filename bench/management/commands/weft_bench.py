@@ -163,7 +163,8 @@ class Command(BaseCommand):
                             help="With --continue-as-new: signals sent one at a time per milestone (default 200).")
         parser.add_argument("--unkept", action="store_true", default=None,
                             help="With --continue-as-new: after each window of the run that never continues as new, "
-                                 "time as many signals with WEFT_EXECUTOR_CACHE_ROWS = 0 (each wake reads the "
+                                 "time as many signals with WEFT_STICKY_ROWS = 0 (each wake replays the journal), "
+                                 "then as many with WEFT_EXECUTOR_CACHE_ROWS = 0 too (each wake also reads the "
                                  "journal from the database).")
         parser.add_argument("--continue-every", type=int, default=None,
                             help="With --continue-as-new: signals per run before it continues as new "
@@ -491,7 +492,7 @@ class Command(BaseCommand):
                 raise ValueError("--milestones needs at least one signal count")
             check_spacing(milestones, window, "--milestones")
             unkept = bool(options.get("unkept"))
-            check_spacing(plain, window * (2 if unkept else 1), "--plain-milestones")
+            check_spacing(plain, window * (3 if unkept else 1), "--plain-milestones")
         except ValueError as exc:
             raise CommandError(str(exc)) from None
 

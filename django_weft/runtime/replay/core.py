@@ -380,7 +380,30 @@ class ReplayCore:
             raise StopExecution(release=False) from None
         except DatabaseError as exc:
             raise self._commit_failed(exc) from exc
+        if self._sticky is not None and self._sticky.park_here():
+            raise ResumeOperation()  # the run's next claim, here: the call runs again from its position
         raise Suspend()
+
+    # The last position code that stayed parked had reached (see ``resume``).
+    _live_seq = 0
+    # The greenlet this execution's code runs in, where it may stay parked (runtime.sticky_runs).
+    _sticky: Any = None
+
+    def resume(self, claim: transitions.Claim, timers: dict[int, Timer], should_stop: Callable[[], bool]) -> None:
+        """Take the run's next claim, for code that stayed parked (runtime.sticky_runs): what an execution
+        starts afresh is reset as a new context would have it; what the journal holds stays."""
+        claim.has_dependents = claim.has_dependents or self._claim.has_dependents
+        self._claim = claim
+        self._timers = timers
+        self._should_stop = should_stop
+        self._consumed_up_to = {}
+        self._last_info = None
+        self._taken_over_from = ""  # the claim right after this code's own park: nobody held the run between
+        # The call that parked runs again from its position; the handler rows it applied after that position
+        # before parking are applied already (runtime.replay.inbox), not replayed.
+        self._live_seq = self._seq
+        for name in ("_controls", "_unhandled", "_applied_now", "_owners"):
+            self.__dict__.pop(name, None)  # back to the class's default: loaded again when needed
 
     def _defer(self, write: journal.JournalWrite) -> None:
         """Fold a write into the run's next commit (made before the next side effect, at the latest when

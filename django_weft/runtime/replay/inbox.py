@@ -99,6 +99,11 @@ class Inbox(Signals, Handlers):
     def _between_operations(self, step: WorkflowStep | None) -> None:
         row = self._journal.get(self._seq + 1)
         if row is not None and row.kind in HANDLER_KINDS:
+            # Code that stayed parked (runtime.sticky_runs) applied these rows itself before it parked: it goes on
+            # past them, and replays only what it did not apply.
+            while row is not None and row.kind in HANDLER_KINDS and row.seq <= self._live_seq:
+                self._seq = row.seq
+                row = self._journal.get(self._seq + 1)
             self._replay_handled()
         if self._dry or not (self._update_handlers or self._signal_handlers) or self._seq < self._journal_end:
             return
