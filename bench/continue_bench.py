@@ -405,12 +405,12 @@ def format_table(figures: dict[str, Any]) -> list[str]:
     if f["plain"]:
         lines += [
             "",
-            f"never continuing as new: capped at {f['plain'][-1]['signals']:,} signals, because each wake replays "
-            f"the whole journal, so the cost grows with it (and WEFT_MAX_HISTORY={f['max_history']} "
-            "times the run out)" + ("; replayed: as many signals more with WEFT_STICKY_ROWS = 0 (each wake replays "
-                                    "the journal its executor kept); unkept: as many again with "
-                                    "WEFT_EXECUTOR_CACHE_ROWS = 0 too (each also reads the journal from the database)"
-                                    if f["unkept"] else ""),
+            f"never continuing as new: capped at {f['plain'][-1]['signals']:,} signals, because its journal grows "
+            f"with each (WEFT_MAX_HISTORY={f['max_history']} times the run out) and a wake that replays it costs more "
+            "each time; its code stays parked between these wakes"
+            + ("; replayed: as many signals more with WEFT_STICKY_ROWS = 0 (each wake replays the journal its "
+               "executor kept); unkept: as many again with WEFT_EXECUTOR_CACHE_ROWS = 0 too (each also reads the "
+               "journal from the database)" if f["unkept"] else ""),
             head + (f" {'replayed ms/signal':>19} {'replayed p50':>13} {'unkept ms/signal':>17} {'unkept p50':>11}"
                     if f["unkept"] else ""),
             *[line + (f" {r['replayed_ms_per_signal']:>19.3f} {r['replayed_p50_ms']:>13.3f}"

@@ -112,16 +112,6 @@ def test_uncaught_the_run_ends_cancelled_and_its_finally_runs_once_for_real(weft
     assert done == ["a", "finally ran while parking", "finally ran"]
 
 
-def test_code_that_stayed_parked_sees_the_cancel_and_its_finally_runs_once(weft_env):
-    handle = weft.start(plain)
-    weft_env.drive()
-    assert done == ["a"]  # parked without unwinding (runtime.sticky_runs): its finally has not run
-    handle.cancel("stop")
-    weft_env.drive()
-    assert handle.status == RunStatus.CANCELLED
-    assert done == ["a", "finally ran"]
-
-
 @weft.workflow(name="cx.swallow")
 def swallow(ctx: weft.Context) -> str:
     try:

@@ -38,8 +38,10 @@ def stays_parked(request, settings) -> bool:
 
 def seen_at(key: str, unwinding: list[bool], stays_parked: bool) -> bool:
     """Whether the cleanup blocks of run ``key`` saw ``ctx.is_parking`` as ``unwinding`` says they do when the code
-    unwinds at each park; code that stayed parked unwound at none of its parks."""
-    return PARKING_SEEN.get(key, []) == ([seen for seen in unwinding if not seen] if stays_parked else unwinding)
+    unwinds at each park; code kept where it parked (from the run's second execution on) unwound at none of the
+    parks after its first."""
+    kept = unwinding[:1] + [seen for seen in unwinding[1:] if not seen]
+    return PARKING_SEEN.get(key, []) == (kept if stays_parked else unwinding)
 
 
 def steps_named(handle: weft.WorkflowHandle, name: str) -> list[WorkflowStep]:

@@ -142,7 +142,9 @@ def _execute(claim: transitions.Claim, should_stop: Callable[[], bool], stay_par
         ctx.resume(claim, timers, should_stop)
     else:
         ctx = Context(claim, journal, timers, should_stop)
-        if stay_parked and weft_settings.STICKY_ROWS:
+        # Not on a run's first execution: most runs end in it (a greenlet would only cost them), and a run that
+        # parks is kept from its next one.
+        if stay_parked and not claim.fresh and weft_settings.STICKY_ROWS:
             sticky = sticky_runs.StickyCode(ctx, definition, partial(run_workflow_code, ctx, definition, run.input))
     try:
         ending, stays = _run_code(ctx, claim, definition, sticky)
