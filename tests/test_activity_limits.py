@@ -12,7 +12,7 @@ import pytest
 import django_weft as weft
 from django_weft.models import ActivitySlot, RunStatus
 from tests.testapp.models import Execution
-from tests.testapp.queue_workflows import accounts, fan_out, rated_calls
+from tests.testapp.queue_workflows import accounts, fan_out, leaves_a_branch, rated, rated_calls
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -130,17 +130,51 @@ def test_a_slot_request_the_database_aborts_over_a_deadlock_is_made_again(weft_e
 
     from django_weft.store import activity_slots, lock_retries
 
-    real_grant, calls = activity_slots._grant, []
+    real_line, calls = activity_slots._line, []
 
     def deadlocked_once(*args, **kwargs):
         calls.append(1)
         if len(calls) == 1:
             raise OperationalError(lock_retries.MYSQL_DEADLOCK, "Deadlock found when trying to get lock")
-        return real_grant(*args, **kwargs)
+        return real_line(*args, **kwargs)
 
-    monkeypatch.setattr(activity_slots, "_grant", deadlocked_once)
+    monkeypatch.setattr(activity_slots, "_line", deadlocked_once)
     before = lock_retries.RETRIES[("slot_acquire", "deadlock")]
     handle = weft.start(fan_out, {"prefix": "dl", "count": 1})
     weft_env.drive()
     assert handle.result() == ["dl0"]
     assert lock_retries.RETRIES[("slot_acquire", "deadlock")] == before + 1
+
+
+@weft.workflow(name="flowctl.one_rated_call")
+def one_rated_call(ctx: weft.Context, i: int) -> str:
+    return ctx.run(rated, i)
+
+
+def test_a_rate_limit_holds_across_runs_that_have_ended(weft_env):
+    # Each run makes one attempt and ends at once: the attempts of ended runs still count in the window.
+    handles = [weft.start(one_rated_call, i) for i in range(12)]
+    weft_env.drive()
+    assert sum(h.refresh().status == RunStatus.COMPLETED for h in handles) == 5
+    weft_env.advance_until_idle()
+    moments = sorted(datetime.fromisoformat(h.result()) for h in handles)
+    worst = max(sum(1 for m in moments if start <= m < start + timedelta(seconds=1)) for start in moments)
+    assert worst == 5
+
+
+@pytest.mark.parametrize("cache_rows", [0, 100], ids=["journal read again", "journal kept"])
+def test_a_run_that_ends_in_a_later_execution_drops_the_slot_an_earlier_one_asked_for(weft_env, settings,
+                                                                                       cache_rows):
+    # Its branch asked for a slot while the window was full and waits; the run parks at a signal, and its next
+    # execution ends it without polling the branch again: the waiting slot goes with the run.
+    settings.WEFT_EXECUTOR_CACHE_ROWS = cache_rows
+    for i in range(5):
+        weft.start(one_rated_call, i)
+    weft_env.drive()
+    handle = weft.start(leaves_a_branch)
+    weft_env.drive()
+    assert ActivitySlot.objects.filter(run_id=handle.run_id).exists(), "its branch waits for a slot"
+    handle.signal("go", "went")
+    weft_env.drive()
+    assert handle.result() == "went"
+    assert not ActivitySlot.objects.filter(run_id=handle.run_id).exists(), "the slot went with the run"

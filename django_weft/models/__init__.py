@@ -28,13 +28,21 @@ from django_weft.models.controls import RunAction, StepControl
 from django_weft.models.events import StreamEntry, WorkflowEvent
 from django_weft.models.executors import ActivityHeartbeat, Executor
 from django_weft.models.in_flight import AttemptInFlight
-from django_weft.models.queues import ActivityLimitState, ActivitySlot, ActivitySlotState, PausedType, QueueState
+from django_weft.models.queues import (
+    ActivityGrant,
+    ActivityLimitState,
+    ActivitySlot,
+    ActivitySlotState,
+    PausedType,
+    QueueState,
+)
 from django_weft.models.runs import AsyncActivity, Signal, StepAttempt, Timer, Workflow, WorkflowStep
 from django_weft.models.schedules import Schedule, ScheduleOccurrence
 from django_weft.models.search import SearchAttributeValue
 from django_weft.models.updates import WorkflowUpdate
 
 __all__ = [
+    "ActivityGrant",
     "ActivityHeartbeat",
     "ActivityLimitState",
     "ActivitySlot",

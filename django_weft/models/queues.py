@@ -53,15 +53,13 @@ class PausedType(models.Model):
 class ActivitySlotState(models.TextChoices):
     WAITING = "waiting", _("Waiting")
     HELD = "held", _("Held")
-    # Its attempt ended; kept (for an hour at most) while a rate limit of its activity counts it.
-    RELEASED = "released", _("Released")
 
 
 class ActivitySlot(models.Model):
     """An attempt of a limited activity (``@weft.activity(concurrency=, rate=)``): waiting for a slot, holding one
-    while it executes, or released. One row per step of a run (its retries take the row again, at the back of
-    the line). Granted in start order (``requested_at``, then ``id``) under the activity's ActivityLimitState
-    lock; deleted with its run."""
+    while it executes. One row per step of a run, deleted when its attempt ends (a retry asks again, at the back
+    of the line). Granted in start order (``requested_at``, then ``id``) under the activity's
+    ActivityLimitState lock; deleted with its run."""
 
     id = models.BigAutoField(primary_key=True)
     activity = models.CharField(max_length=255)
@@ -76,13 +74,28 @@ class ActivitySlot(models.Model):
         verbose_name = _("activity slot")
         ordering = ["activity", "requested_at", "id"]
         constraints = [models.UniqueConstraint(fields=["run", "seq"], name="weft_activity_slot_per_step")]
-        indexes = [
-            models.Index(fields=["activity", "state", "requested_at"], name="weft_activity_slot_idx"),
-            models.Index(fields=["activity", "granted_at"], name="weft_activity_grant_idx"),
-        ]
+        indexes = [models.Index(fields=["activity", "state", "requested_at"], name="weft_activity_slot_idx")]
 
     def __str__(self) -> str:
         return f"{self.activity} step {self.seq} ({self.state})"
+
+
+class ActivityGrant(models.Model):
+    """A slot granted to an attempt of an activity with a ``rate``: what its rate windows count. It outlives the
+    attempt and the run (an attempt of a run that ended still took its place in the window) and is purged an
+    hour after the grant, the longest period a rate takes."""
+
+    id = models.BigAutoField(primary_key=True)
+    activity = models.CharField(max_length=255)
+    key = IdentifierField(max_length=255, null=True, blank=True)
+    granted_at = models.DateTimeField()
+
+    class Meta:
+        verbose_name = _("activity grant")
+        indexes = [models.Index(fields=["activity", "granted_at"], name="weft_activity_window_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.activity} at {self.granted_at.isoformat()}"
 
 
 class ActivityLimitState(models.Model):

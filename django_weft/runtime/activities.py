@@ -214,9 +214,21 @@ def activity(
 
 def register_definition(func: F, definition: ActivityDefinition) -> F:
     """Attach ``definition`` to ``func`` (what ``ctx.run(func)`` runs) and register it by name."""
+    global _any_limited
     func.__weft_activity__ = definition  # type: ignore[attr-defined]
     _by_name[definition.name] = definition
+    _any_limited = _any_limited or definition.limits is not None
     return func
+
+
+# Whether any activity registered in this process has a concurrency or rate limit: a project that uses none
+# never looks for slots.
+_any_limited = False
+
+
+def any_limited() -> bool:
+    """Whether some registered activity has a concurrency or rate limit."""
+    return _any_limited
 
 
 # --- replacements (test doubles) ----------------------------------------------------------------------

@@ -30,6 +30,7 @@ from django_weft.models import FailureCategory, StepKind, StepStatus, Timer, Wor
 from django_weft.models.instances import loaded
 from django_weft.observability import events
 from django_weft.runtime import kept_journals, sticky_runs
+from django_weft.runtime.activities import any_limited
 from django_weft.runtime.context import Context
 from django_weft.runtime.errors import (
     ContinueAsNew,
@@ -43,7 +44,7 @@ from django_weft.runtime.errors import (
     termination_reason_of,
 )
 from django_weft.runtime.replay.core import run_workflow_code
-from django_weft.store import transitions
+from django_weft.store import activity_slots, transitions
 from django_weft.store.starts import prepare_run
 
 logger = logging.getLogger("django_weft.executor")
@@ -121,7 +122,10 @@ def _execute(claim: transitions.Claim, should_stop: Callable[[], bool], stay_par
             journal = held
         else:
             journal = {step.seq: step for step in loaded(WorkflowStep.objects.filter(run_id=run.pk))}
-            claim.has_dependents = any(step.kind == StepKind.CHILD for step in journal.values())
+            # Slots an earlier execution asked for may still be in line (a branch it never polled again): the
+            # run's close must drop them.
+            claim.has_dependents = any(step.kind == StepKind.CHILD for step in journal.values()) or (
+                any_limited() and activity_slots.run_has_slots(run.pk))
         # Newest first: a parked run's waiting step is mostly its last.
         if any(step.status == StepStatus.WAITING for step in reversed(journal.values())):
             timers = {int(t.seq or 0): t for t in Timer.objects.filter(run_id=run.pk, fired_at__isnull=True,
@@ -159,7 +163,7 @@ def _execute(claim: transitions.Claim, should_stop: Callable[[], bool], stay_par
     if whole is not None:
         # Parked: its rows are all committed. For another thread of this process that claims it next (the code kept
         # on this one is then let go, its fence passed).
-        kept_journals.keep(run.pk, claim.fence, whole, claim.has_dependents)
+        kept_journals.keep(run.pk, claim.fence, whole, claim.has_dependents or bool(claim.slot_seqs))
     return outcome
 
 

@@ -131,7 +131,7 @@ def purge_finished(now: datetime) -> int:
             if len(ids) < PAGE_SIZE:
                 break
     purge_history(now)
-    activity_slots.purge_released(now)
+    activity_slots.purge_grants(now)
     in_flight.purge_settled()  # rows of attempts whose executor died before it could withdraw them
     liveness.dead_executors(now).delete()
     # Updates a run did not apply before it ended on a path that does not look at them (the executor's fast

@@ -1,58 +1,81 @@
 """Slots of limited activities (``@weft.activity(concurrency=, rate=, key=)``): who may start an attempt now
 (state writer).
 
-An attempt of a limited activity asks for a slot before it begins (:func:`acquire`). Its request is a
-``waiting`` :class:`ActivitySlot` row; a grant pass makes waiting rows ``held`` in start order (requested_at,
-then id) while the limits allow: ``concurrency`` held slots in all, ``concurrency`` of one key when the activity
-has a ``key``, and no more than ``rate`` grants in any window of its period. Every pass holds the activity's
+An attempt of a limited activity asks for a slot before it begins (:func:`acquire`). Where nothing waits ahead of
+it and the limits allow, its slot is ``held`` at once; otherwise its request is a ``waiting`` :class:`ActivitySlot`
+row, and a grant pass makes waiting rows ``held`` in start order (requested_at, then id) while the limits allow:
+``concurrency`` held slots in all, ``concurrency`` of one key when the activity has a ``key``, and no more than
+``rate`` grants in any window of its period. Every request and pass holds the activity's
 :class:`ActivityLimitState` row, so the executors of all processes take turns. A waiting attempt holds no
-thread: its run parks, and the pass that grants its slot wakes it; its timeouts start when it begins. The
-attempt's slot is released when its body returns or raises (:func:`release`), and every slot of a run goes with
-the run when it ends, so a SIGKILLed executor leaks nothing: its run is taken over and finds its slot held.
+thread: its run parks, and the pass that grants its slot wakes it; its timeouts start when it begins.
+
+The attempt's slot is deleted when its body returns or raises (:func:`release`), and every slot of a run goes
+with the run when it ends, so a SIGKILLed executor leaks nothing: its run is taken over and finds its slot held.
+Each grant of an activity with a ``rate`` also writes an :class:`ActivityGrant` row, which its windows count
+whatever became of the attempt or its run, purged an hour later.
+
+A release takes no lock: it deletes the slot, then looks for a waiting one (a grant pass if there is). A
+request that had to wait looks again, once committed, for a slot freed meanwhile; so a slot freed while a
+request counted it held is granted by one of the two.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import Counter
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from functools import partial
+from functools import cache, partial
 from typing import Any
 
-from django.db import IntegrityError, router, transaction
-from django.db.models import Case, Count, F, Min, Q, Value, When
+from django.db import IntegrityError, connections, router, transaction
+from django.db.models import Case, Count, F, Field, Min, Model, QuerySet, Value, When
 
 from django_weft.common import clock, queues
 from django_weft.common.queues import ActivityLimits
-from django_weft.models import ActivityLimitState, ActivitySlot, ActivitySlotState, RunStatus, Workflow
+from django_weft.models import (
+    ActivityGrant,
+    ActivityLimitState,
+    ActivitySlot,
+    ActivitySlotState,
+    RunStatus,
+    Workflow,
+)
 from django_weft.store import wakeups
 from django_weft.store.lock_retries import retrying
 
 logger = logging.getLogger("django_weft.activity_slots")
 
 A = ActivitySlotState
-# Released rows are kept this long for the rate limits (the longest period a rate takes is an hour).
-KEEP_RELEASED = timedelta(hours=1)
+# Grants are kept this long for the rate windows (the longest period a rate takes is an hour).
+KEEP_GRANTS = timedelta(hours=1)
 
 
 def _lock(activity: str, now: datetime, declared: ActivityLimits | None = None) -> ActivityLimits:
     """Lock the activity's row (creating it the first time); its limits (``declared`` ones are stored first)."""
     states = ActivityLimitState.objects.select_for_update().filter(activity=activity)
-    state = states.first()
-    if state is None:
+    stored = _stored(states)
+    if stored is None:
         try:
             with transaction.atomic():
                 ActivityLimitState.objects.create(activity=activity, last_pass_at=now)
         except IntegrityError:  # created meanwhile by another process, whose insert we waited for
             pass
-        state = states.get()
+        stored = _stored(states)
+        assert stored is not None
     if declared is not None:
-        stored = (declared.concurrency, "" if declared.rate is None else str(declared.rate), declared.keyed)
-        if stored != (state.concurrency, state.rate, state.keyed):
-            states.update(concurrency=stored[0], rate=stored[1], keyed=stored[2])
+        wanted = (declared.concurrency, "" if declared.rate is None else str(declared.rate), declared.keyed)
+        if wanted != stored:
+            states.update(concurrency=wanted[0], rate=wanted[1], keyed=wanted[2])
         return declared
-    return ActivityLimits(concurrency=state.concurrency, rate=queues.parse_rate(state.rate or None, "rate"),
-                          keyed=state.keyed)
+    concurrency, rate, keyed = stored
+    return ActivityLimits(concurrency=concurrency, rate=queues.parse_rate(rate or None, "rate"), keyed=keyed)
+
+
+def _stored(states: QuerySet) -> tuple[int | None, str, bool] | None:
+    """The limits of the locked row (no model instance: every request of a limited activity reads them)."""
+    rows = list(states.order_by().values_list("concurrency", "rate", "keyed")[:1])
+    return rows[0] if rows else None
 
 
 @retrying("slot_acquire")  # decided under the activity's lock from what it reads: safe to run again
@@ -63,36 +86,113 @@ def acquire(activity: str, limits: ActivityLimits, key: str | None, run_id: Any,
     the grant)."""
     with transaction.atomic(using=router.db_for_write(ActivitySlot)):
         _lock(activity, now, limits)
-        slot = ActivitySlot.objects.filter(run_id=run_id, seq=seq).first()
-        if slot is not None and slot.state == A.HELD:
+        line = _line(activity, limits, key, run_id, seq, now)
+        if line.state == A.HELD:
             return True, None
-        if slot is None:
-            slot = ActivitySlot.objects.create(activity=activity, key=key, run_id=run_id, seq=seq, state=A.WAITING,
-                                               requested_at=now)
-        elif slot.state == A.RELEASED:  # the step's next attempt: at the back of the line
-            ActivitySlot.objects.filter(pk=slot.pk).update(state=A.WAITING, requested_at=now, granted_at=None,
-                                                           key=key)
+        if line.pk is None:
+            fits = line.fits(limits)
+            pk = ActivitySlot.objects.create(activity=activity, key=key, run_id=run_id, seq=seq, requested_at=now,
+                                             state=A.HELD if fits else A.WAITING, granted_at=now if fits else None).pk
+            if fits:
+                _record_grants(activity, limits, [key], now)
+                return True, None
+        else:
+            pk = line.pk
         granted, retry_at = _grant(activity, limits, now, exclude_run=run_id)
-        return slot.pk in granted, (None if slot.pk in granted else retry_at)
+    if pk in granted:
+        return True, None
+    if limits.concurrency is not None and _has_room(activity, limits, key):
+        # A release that committed after this request counted its slot held, and found nothing waiting yet.
+        if pk in _grant_pass(activity, clock.now(), exclude_run=run_id):
+            return True, None
+    return False, retry_at
 
 
-@retrying("slot_release")  # decided under the activity's lock from what it reads: safe to run again
+@dataclass(frozen=True)
+class _Line:
+    """What a request reads under the activity's lock: its own slot, if it asked before, and its line's."""
+
+    pk: int | None
+    state: str | None
+    held: int
+    waiting: int
+    window: int
+
+    def fits(self, limits: ActivityLimits) -> bool:
+        """Whether a new request may hold its slot at once: nothing of its line waits ahead of it and the limits
+        allow one more."""
+        return not self.waiting and (limits.concurrency is None or self.held < limits.concurrency) and (
+            limits.rate is None or self.window < limits.rate.count)
+
+
+def _line(activity: str, limits: ActivityLimits, key: str | None, run_id: Any, seq: int, now: datetime) -> _Line:
+    """Read ``_Line`` in one statement (the lock is held: every figure is as the last holder committed it). Its
+    SQL is written out: built by the ORM, its five subqueries cost more CPU than three queries."""
+    connection = connections[router.db_for_write(ActivitySlot)]
+    keyed, rated = limits.keyed and key is not None, limits.rate is not None
+    run = ActivitySlot._meta.get_field("run").get_db_prep_value(run_id, connection)
+    line = [activity, key] if keyed else [activity]
+    params = [run, seq, run, seq, *line, A.HELD, *line, A.WAITING]
+    if rated:
+        assert limits.rate is not None
+        since = now - timedelta(seconds=limits.rate.period)
+        params += [*line, ActivityGrant._meta.get_field("granted_at").get_db_prep_value(since, connection)]
+    with connection.cursor() as cursor:
+        cursor.execute(_line_sql(connection.vendor, keyed, rated), params)
+        pk, state, held, waiting, window = cursor.fetchone()
+    return _Line(pk=pk, state=state, held=held, waiting=waiting, window=window)
+
+
+@cache
+def _line_sql(vendor: str, keyed: bool, rated: bool) -> str:
+    quote = connections[router.db_for_write(ActivitySlot)].ops.quote_name
+    slots, grants = quote(ActivitySlot._meta.db_table), quote(ActivityGrant._meta.db_table)
+
+    def column(model: type[Model], name: str) -> str:
+        field = model._meta.get_field(name)
+        assert isinstance(field, Field)
+        return quote(str(field.column))
+
+    mine = f"FROM {slots} WHERE {column(ActivitySlot, 'run')} = %s AND {column(ActivitySlot, 'seq')} = %s"
+    key = f" AND {column(ActivitySlot, 'key')} = %s" if keyed else ""
+    line = f"FROM {slots} WHERE {column(ActivitySlot, 'activity')} = %s{key} AND {column(ActivitySlot, 'state')} = %s"
+    window = "0"
+    if rated:
+        key = f" AND {column(ActivityGrant, 'key')} = %s" if keyed else ""
+        window = (f"(SELECT COUNT(*) FROM {grants} WHERE {column(ActivityGrant, 'activity')} = %s{key} "
+                  f"AND {column(ActivityGrant, 'granted_at')} > %s)")
+    return (f"SELECT (SELECT {column(ActivitySlot, 'id')} {mine}), (SELECT {column(ActivitySlot, 'state')} {mine}), "
+            f"(SELECT COUNT(*) {line}), (SELECT COUNT(*) {line}), {window}")
+
+
+def _has_room(activity: str, limits: ActivityLimits, key: str | None) -> bool:
+    held = ActivitySlot.objects.filter(activity=activity, state=A.HELD)
+    if limits.keyed:
+        held = held.filter(key=key)
+    assert limits.concurrency is not None
+    return held.count() < limits.concurrency
+
+
+@retrying("slot_release")  # a delete, then a look: safe to run again
 def release(activity: str, run_id: Any, seq: int, now: datetime) -> None:
-    """The attempt of step ``seq`` ended: its slot is free, and waiting attempts that fit now are granted."""
-    with transaction.atomic(using=router.db_for_write(ActivitySlot)):
-        limits = _lock(activity, now)
-        ActivitySlot.objects.filter(run_id=run_id, seq=seq, state=A.HELD).update(state=A.RELEASED)
+    """The attempt of step ``seq`` ended: its slot is free; a grant pass if an attempt waits for one."""
+    ActivitySlot.objects.filter(run_id=run_id, seq=seq).delete()
+    if ActivitySlot.objects.filter(activity=activity, state=A.WAITING).exists():
         # Its own run's waiting branches find their grant when they ask next (SlotWait); waking it would only
         # make its next park a spurious wake-up.
-        _grant(activity, limits, now, exclude_run=run_id, if_waiting=True)
+        _grant_pass(activity, now, exclude_run=run_id)
 
 
 @retrying("slot_grant")  # decided under the activity's lock from what it reads: safe to run again
-def grant_waiting(activity: str, now: datetime) -> int:
-    """A grant pass of ``activity`` (after a run freed its slots; the maintenance pass's, for rate windows)."""
+def _grant_pass(activity: str, now: datetime, *, exclude_run: Any = None) -> set[int]:
     with transaction.atomic(using=router.db_for_write(ActivitySlot)):
         limits = _lock(activity, now)
-        return len(_grant(activity, limits, now, if_waiting=True)[0])
+        return _grant(activity, limits, now, exclude_run=exclude_run, if_waiting=True)[0]
+
+
+def grant_waiting(activity: str, now: datetime) -> int:
+    """A grant pass of ``activity`` (after a run freed its slots; the maintenance pass's, for rate windows)."""
+    return len(_grant_pass(activity, now))
 
 
 def grant_all(now: datetime) -> int:
@@ -101,8 +201,20 @@ def grant_all(now: datetime) -> int:
     return sum(grant_waiting(name, now) for name in sorted(names))
 
 
-def _counts(slots: Any, keys: set[str]) -> Counter:
-    return Counter(dict(slots.filter(key__in=keys).values("key").annotate(n=Count("pk"))
+def _window(activity: str, limits: ActivityLimits, now: datetime, key: str | None = None) -> QuerySet:
+    """The grants a rate counts now: those of the last period (of ``key`` alone for a keyed activity)."""
+    assert limits.rate is not None
+    grants = ActivityGrant.objects.filter(activity=activity, granted_at__gt=now - timedelta(seconds=limits.rate.period))
+    return grants.filter(key=key) if limits.keyed and key is not None else grants
+
+
+def _record_grants(activity: str, limits: ActivityLimits, keys: list[str | None], now: datetime) -> None:
+    if limits.rate is not None:
+        ActivityGrant.objects.bulk_create([ActivityGrant(activity=activity, key=key, granted_at=now) for key in keys])
+
+
+def _counts(rows: QuerySet, keys: set[str]) -> Counter:
+    return Counter(dict(rows.filter(key__in=keys).values("key").annotate(n=Count("pk"))
                         .values_list("key", "n").order_by()))
 
 
@@ -111,13 +223,12 @@ def _grant(activity: str, limits: ActivityLimits, now: datetime, *, exclude_run:
     """Grant waiting slots of ``activity`` in start order while the limits allow (the lock is held); returns the
     granted slots and, if a rate limit held one back, when its window lets the next one in. ``if_waiting``: look
     for a waiting slot first (one indexed query where counting the limits takes two), for a caller that usually
-    finds none, as a release does when nothing queues."""
+    finds none."""
     slots = ActivitySlot.objects.filter(activity=activity)
     if if_waiting and not slots.filter(state=A.WAITING).exists():
         return set(), None
     held = slots.filter(state=A.HELD)
-    window = None if limits.rate is None else slots.filter(
-        state__in=[A.HELD, A.RELEASED], granted_at__gt=now - timedelta(seconds=limits.rate.period))
+    window = None if limits.rate is None else _window(activity, limits, now)
     free = 10_000
     if limits.concurrency is not None and not limits.keyed:
         free = limits.concurrency - held.count()
@@ -132,6 +243,7 @@ def _grant(activity: str, limits: ActivityLimits, now: datetime, *, exclude_run:
     key_held = _counts(held, keys) if limits.keyed and limits.concurrency is not None else Counter()
     key_window = _counts(window, keys) if limits.keyed and window is not None else Counter()
     chosen: list[int] = []
+    chosen_keys: list[str | None] = []
     runs: list[Any] = []
     rate_blocked = False
     for pk, key, run_id in waiting:
@@ -147,9 +259,11 @@ def _grant(activity: str, limits: ActivityLimits, now: datetime, *, exclude_run:
             key_held[key] += 1
             key_window[key] += 1
         chosen.append(pk)
+        chosen_keys.append(key)
         runs.append(run_id)
     if chosen:
         ActivitySlot.objects.filter(pk__in=chosen).update(state=A.HELD, granted_at=now)
+        _record_grants(activity, limits, chosen_keys, now)
         _wake([run_id for run_id in runs if run_id != exclude_run], now)
     retry_at = None
     if rate_blocked and window is not None and limits.rate is not None:
@@ -168,6 +282,11 @@ def _wake(run_ids: list[Any], now: datetime) -> None:
         runnable_at=Case(When(status=RunStatus.WAITING, then=Value(now)), default=F("runnable_at")))
     for run_id in run_ids:
         wakeups.runnable(run_id, now, now)
+
+
+def run_has_slots(run_id: Any) -> bool:
+    """Whether run ``run_id`` holds or waits for a slot."""
+    return ActivitySlot.objects.filter(run_id=run_id).exists()
 
 
 def forget_run(run_id: Any, *, waiting_only: bool = False) -> None:
@@ -189,7 +308,9 @@ def _grant_logged(activity: str) -> None:
         logger.exception("granting slots of activity %r failed; the next maintenance pass retries", activity)
 
 
-def purge_released(now: datetime) -> int:
-    deleted, _ = ActivitySlot.objects.filter(
-        Q(state=A.RELEASED) & (Q(granted_at__lt=now - KEEP_RELEASED) | Q(granted_at=None))).delete()
-    return deleted
+def purge_grants(now: datetime) -> int:
+    """Delete the grants no rate window counts any more (activity by activity: the index the windows use)."""
+    cutoff = now - KEEP_GRANTS
+    activities = ActivityLimitState.objects.exclude(rate="").values_list("activity", flat=True)
+    return sum(ActivityGrant.objects.filter(activity=name, granted_at__lt=cutoff).delete()[0]
+               for name in list(activities))

@@ -152,6 +152,9 @@ class Claim:
     # The run started children, so closing it must apply their parent close policy; or its code takes
     # updates, so closing it must fail those it did not apply.
     has_dependents: bool = False
+    # Steps whose slot of a limited activity this execution asked for and has not given back: closing the run
+    # with one of them drops it (activity_slots.forget_run).
+    slot_seqs: set[int] = field(default_factory=set)
     lost: bool = False
     # Its cancel was requested (when claimed, or since: the lease keeper's renewal reads it).
     cancel_requested: bool = False
@@ -198,7 +201,7 @@ def _fenced_write(claim: Claim, now: datetime, writes: Sequence[journal.JournalW
     fields["updated_at"] = now
     run = claim.run
     touches_others = closing is not None and (
-        run.parent_id is not None or run.schedule_id is not None or claim.has_dependents
+        run.parent_id is not None or run.schedule_id is not None or claim.has_dependents or bool(claim.slot_seqs)
     )
     if not touches_others:
         fast = journal.write_in_one_statement(run.pk, claim.fence, S.RUNNING, fields, pending)

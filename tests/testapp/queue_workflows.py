@@ -120,3 +120,10 @@ def calls(ctx: weft.Context, spec: dict) -> list:
 @weft.workflow(name="flowctl.rated_calls")
 def rated_calls(ctx: weft.Context, count: int) -> list:
     return [ctx.run(rated, i) for i in range(count)]
+
+
+@weft.workflow(name="flowctl.leaves_a_branch")
+def leaves_a_branch(ctx: weft.Context, _: object = None) -> object:
+    """Starts an attempt of the rated activity and ends at a signal without waiting for it."""
+    ctx.start_activity(rated, -1)
+    return ctx.wait_for_signal("go")

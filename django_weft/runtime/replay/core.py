@@ -393,6 +393,7 @@ class ReplayCore:
         """Take the run's next claim, for code that stayed parked (runtime.sticky_runs): what an execution
         starts afresh is reset as a new context would have it; what the journal holds stays."""
         claim.has_dependents = claim.has_dependents or self._claim.has_dependents
+        claim.slot_seqs |= self._claim.slot_seqs
         self._claim = claim
         self._timers = timers
         self._should_stop = should_stop

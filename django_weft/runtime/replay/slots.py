@@ -35,7 +35,7 @@ class SlotOps(ReplayCore):
         """Ask for step ``seq``'s slot: (granted, when to ask again if a rate holds it back)."""
         limits = definition.limits
         assert limits is not None
-        self._claim.has_dependents = True  # closing the run drops its slots (transitions._after_close)
+        self._claim.slot_seqs.add(seq)  # closing the run while it asks or holds drops the slot
         return activity_slots.acquire(definition.name, limits, self._slot_key(definition, args, kwargs),
                                       self.run_id, seq, clock.now())
 
@@ -48,6 +48,7 @@ class SlotOps(ReplayCore):
     def _release_slot(self, definition: ActivityDefinition, seq: int) -> None:
         if definition.limits is not None and not self._dry:
             activity_slots.release(definition.name, self.run_id, seq, clock.now())
+            self._claim.slot_seqs.discard(seq)
             self._slots_released += 1
 
 
