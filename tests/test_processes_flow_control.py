@@ -13,7 +13,7 @@ import signal
 import threading
 import time
 from collections import Counter, defaultdict
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from django.db import connection
@@ -204,3 +204,21 @@ def test_a_limited_activity_never_runs_more_attempts_than_its_concurrency_across
     for handle in handles:
         assert len(handle.result()) in (3, 4)
     assert not ActivitySlot.objects.exists(), "no slot left held or waiting"
+
+
+def test_a_rate_limit_of_an_activity_holds_over_the_moments_its_attempts_begin(row_locks, maintenance):
+    """flowctl.rated lets 5 attempts begin a second; each returns the moment its body began. An attempt granted
+    while its run was parked begins when the run resumes, hundreds of milliseconds later: the window counts the
+    moment it begins, not the grant. What is left between the moment counted (under the activity's lock) and the
+    body's first line is the commit and the call, milliseconds: windows of 0.9 s leave it that much."""
+    procs = [maintenance(f"executor{i}", "--workers", "2", "--interval", "0.2") for i in range(3)]
+    handles = [weft.start("flowctl.rated_calls", 2) for _ in range(20)]
+    ids = [h.run_id for h in handles]
+    wait_until(lambda: Workflow.objects.filter(pk__in=ids, status=RunStatus.COMPLETED).count() == len(ids),
+               "every run to complete", DEADLINE, procs)
+    moments = sorted(datetime.fromisoformat(at).timestamp() for h in handles for at in h.result())
+    worst = max(bisect.bisect_left(moments, start + 0.9) - i for i, start in enumerate(moments))
+    print(f"\n{len(moments)} attempts over {moments[-1] - moments[0]:.1f}s; the worst 0.9-second window holds {worst}")
+    assert worst <= 5
+    assert moments[-1] - moments[0] >= (len(moments) - 5) / 5 - 1, "never faster than the limit"
+    assert not ActivitySlot.objects.exists(), "no slot left"

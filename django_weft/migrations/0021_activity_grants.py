@@ -44,6 +44,6 @@ class Migration(migrations.Migration):
         migrations.AlterField(
             model_name='activityslot',
             name='state',
-            field=models.CharField(choices=[('waiting', 'Waiting'), ('held', 'Held')], max_length=16),
+            field=models.CharField(choices=[('waiting', 'Waiting'), ('granted', 'Granted'), ('held', 'Held')], max_length=16),
         ),
     ]

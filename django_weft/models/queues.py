@@ -52,14 +52,17 @@ class PausedType(models.Model):
 
 class ActivitySlotState(models.TextChoices):
     WAITING = "waiting", _("Waiting")
+    # Granted while its run was parked: its attempt begins when the run resumes, and counts in the rate window
+    # until then.
+    GRANTED = "granted", _("Granted")
     HELD = "held", _("Held")
 
 
 class ActivitySlot(models.Model):
-    """An attempt of a limited activity (``@weft.activity(concurrency=, rate=)``): waiting for a slot, holding one
-    while it executes. One row per step of a run, deleted when its attempt ends (a retry asks again, at the back
-    of the line). Granted in start order (``requested_at``, then ``id``) under the activity's
-    ActivityLimitState lock; deleted with its run."""
+    """An attempt of a limited activity (``@weft.activity(concurrency=, rate=)``): waiting for a slot, granted one
+    (its run resumes to begin it), holding one while it executes. One row per step of a run, deleted when its
+    attempt ends (a retry asks again, at the back of the line). Granted in start order (``requested_at``, then
+    ``id``) under the activity's ActivityLimitState lock; deleted with its run."""
 
     id = models.BigAutoField(primary_key=True)
     activity = models.CharField(max_length=255)
@@ -81,9 +84,9 @@ class ActivitySlot(models.Model):
 
 
 class ActivityGrant(models.Model):
-    """A slot granted to an attempt of an activity with a ``rate``: what its rate windows count. It outlives the
+    """The moment an attempt of an activity with a ``rate`` began: what its rate windows count. It outlives the
     attempt and the run (an attempt of a run that ended still took its place in the window) and is purged an
-    hour after the grant, the longest period a rate takes."""
+    hour later, the longest period a rate takes."""
 
     id = models.BigAutoField(primary_key=True)
     activity = models.CharField(max_length=255)

@@ -76,7 +76,8 @@ def pending_activities(run: Workflow) -> list[PendingActivity]:
                                                                  TimerPurpose.ACTIVITY_TIMEOUT])}
     running = list(AttemptInFlight.objects.filter(run=run))
     waiting = list(AsyncActivity.objects.filter(run=run, status=AsyncStatus.PENDING))
-    slots = list(ActivitySlot.objects.filter(run=run, state=ActivitySlotState.WAITING))
+    # Granted ones too: their attempts begin when the run resumes.
+    slots = list(ActivitySlot.objects.filter(run=run, state__in=(ActivitySlotState.WAITING, ActivitySlotState.GRANTED)))
     candidates: set[int] = {int(seq) for seq in timers if seq is not None}
     candidates |= {r.seq for r in running} | {r.seq for r in waiting} | {r.seq for r in slots}
     if not candidates:

@@ -47,6 +47,8 @@ from django_weft.store.lock_retries import retrying
 logger = logging.getLogger("django_weft.activity_slots")
 
 A = ActivitySlotState
+# The states that take a slot of the activity's concurrency.
+TAKEN = (A.GRANTED, A.HELD)
 # Grants are kept this long for the rate windows (the longest period a rate takes is an hour).
 KEEP_GRANTS = timedelta(hours=1)
 
@@ -86,8 +88,13 @@ def acquire(activity: str, limits: ActivityLimits, key: str | None, run_id: Any,
     the grant)."""
     with transaction.atomic(using=router.db_for_write(ActivitySlot)):
         _lock(activity, now, limits)
+        now = clock.now()  # once the lock is held: an attempt that begins now begins within moments
         line = _line(activity, limits, key, run_id, seq, now)
-        if line.state == A.HELD:
+        if line.state == A.HELD:  # taken over after its executor died: the attempt goes on with it
+            return True, None
+        if line.state == A.GRANTED:
+            assert line.pk is not None
+            _begin(activity, limits, key, line.pk, now)
             return True, None
         if line.pk is None:
             fits = line.fits(limits)
@@ -97,15 +104,26 @@ def acquire(activity: str, limits: ActivityLimits, key: str | None, run_id: Any,
                 _record_grants(activity, limits, [key], now)
                 return True, None
         else:
-            pk = line.pk
+            pk = int(line.pk)
         granted, retry_at = _grant(activity, limits, now, exclude_run=run_id)
-    if pk in granted:
-        return True, None
+        if pk in granted:
+            _begin(activity, limits, key, pk, now)
+            return True, None
     if limits.concurrency is not None and _has_room(activity, limits, key):
         # A release that committed after this request counted its slot held, and found nothing waiting yet.
         if pk in _grant_pass(activity, clock.now(), exclude_run=run_id):
+            with transaction.atomic(using=router.db_for_write(ActivitySlot)):
+                _lock(activity, now)  # the passes count granted slots and begun attempts: never half of a move
+                _begin(activity, limits, key, pk, clock.now())
             return True, None
     return False, retry_at
+
+
+def _begin(activity: str, limits: ActivityLimits, key: str | None, pk: int, now: datetime) -> None:
+    """The attempt of granted slot ``pk`` begins now: the slot is held, and the moment is what rate windows count
+    from now on (until now, the granted slot was)."""
+    ActivitySlot.objects.filter(pk=pk).update(state=A.HELD, granted_at=now)
+    _record_grants(activity, limits, [key], now)
 
 
 @dataclass(frozen=True)
@@ -115,14 +133,15 @@ class _Line:
     pk: int | None
     state: str | None
     held: int
+    granted: int  # granted, not begun: they take a slot now and a place in the window when they begin
     waiting: int
-    window: int
+    window: int  # attempts begun in the rate's window
 
     def fits(self, limits: ActivityLimits) -> bool:
         """Whether a new request may hold its slot at once: nothing of its line waits ahead of it and the limits
         allow one more."""
-        return not self.waiting and (limits.concurrency is None or self.held < limits.concurrency) and (
-            limits.rate is None or self.window < limits.rate.count)
+        return not self.waiting and (limits.concurrency is None or self.held + self.granted < limits.concurrency) \
+            and (limits.rate is None or self.window + self.granted < limits.rate.count)
 
 
 def _line(activity: str, limits: ActivityLimits, key: str | None, run_id: Any, seq: int, now: datetime) -> _Line:
@@ -132,15 +151,15 @@ def _line(activity: str, limits: ActivityLimits, key: str | None, run_id: Any, s
     keyed, rated = limits.keyed and key is not None, limits.rate is not None
     run = ActivitySlot._meta.get_field("run").get_db_prep_value(run_id, connection)
     line = [activity, key] if keyed else [activity]
-    params = [run, seq, run, seq, *line, A.HELD, *line, A.WAITING]
+    params = [run, seq, run, seq, *line, A.HELD, *line, A.GRANTED, *line, A.WAITING]
     if rated:
         assert limits.rate is not None
         since = now - timedelta(seconds=limits.rate.period)
         params += [*line, ActivityGrant._meta.get_field("granted_at").get_db_prep_value(since, connection)]
     with connection.cursor() as cursor:
         cursor.execute(_line_sql(connection.vendor, keyed, rated), params)
-        pk, state, held, waiting, window = cursor.fetchone()
-    return _Line(pk=pk, state=state, held=held, waiting=waiting, window=window)
+        pk, state, held, granted, waiting, window = cursor.fetchone()
+    return _Line(pk=pk, state=state, held=held, granted=granted, waiting=waiting, window=window)
 
 
 @cache
@@ -162,11 +181,11 @@ def _line_sql(vendor: str, keyed: bool, rated: bool) -> str:
         window = (f"(SELECT COUNT(*) FROM {grants} WHERE {column(ActivityGrant, 'activity')} = %s{key} "
                   f"AND {column(ActivityGrant, 'granted_at')} > %s)")
     return (f"SELECT (SELECT {column(ActivitySlot, 'id')} {mine}), (SELECT {column(ActivitySlot, 'state')} {mine}), "
-            f"(SELECT COUNT(*) {line}), (SELECT COUNT(*) {line}), {window}")
+            f"(SELECT COUNT(*) {line}), (SELECT COUNT(*) {line}), (SELECT COUNT(*) {line}), {window}")
 
 
 def _has_room(activity: str, limits: ActivityLimits, key: str | None) -> bool:
-    held = ActivitySlot.objects.filter(activity=activity, state=A.HELD)
+    held = ActivitySlot.objects.filter(activity=activity, state__in=TAKEN)
     if limits.keyed:
         held = held.filter(key=key)
     assert limits.concurrency is not None
@@ -223,27 +242,29 @@ def _grant(activity: str, limits: ActivityLimits, now: datetime, *, exclude_run:
     """Grant waiting slots of ``activity`` in start order while the limits allow (the lock is held); returns the
     granted slots and, if a rate limit held one back, when its window lets the next one in. ``if_waiting``: look
     for a waiting slot first (one indexed query where counting the limits takes two), for a caller that usually
-    finds none."""
+    finds none. A granted slot's attempt begins when its run resumes (``acquire`` finds it granted): it counts in
+    the rate's window as granted until then, and from the moment it began after."""
     slots = ActivitySlot.objects.filter(activity=activity)
     if if_waiting and not slots.filter(state=A.WAITING).exists():
         return set(), None
-    held = slots.filter(state=A.HELD)
+    held = slots.filter(state__in=TAKEN)
+    granted = slots.filter(state=A.GRANTED)
     window = None if limits.rate is None else _window(activity, limits, now)
     free = 10_000
     if limits.concurrency is not None and not limits.keyed:
         free = limits.concurrency - held.count()
     if limits.rate is not None and not limits.keyed:
         assert window is not None
-        free = min(free, limits.rate.count - window.count())
+        free = min(free, limits.rate.count - window.count() - granted.count())
     waiting = list(slots.filter(state=A.WAITING).order_by("requested_at", "id")
                    .values_list("pk", "key", "run_id")[: max(0, free) * 4 + 200])
     if not waiting:
         return set(), None
     keys = {key for _, key, _ in waiting if key is not None}
     key_held = _counts(held, keys) if limits.keyed and limits.concurrency is not None else Counter()
-    key_window = _counts(window, keys) if limits.keyed and window is not None else Counter()
+    key_window = _counts(window, keys) + _counts(granted, keys) if limits.keyed and window is not None \
+        else Counter()
     chosen: list[int] = []
-    chosen_keys: list[str | None] = []
     runs: list[Any] = []
     rate_blocked = False
     for pk, key, run_id in waiting:
@@ -259,16 +280,15 @@ def _grant(activity: str, limits: ActivityLimits, now: datetime, *, exclude_run:
             key_held[key] += 1
             key_window[key] += 1
         chosen.append(pk)
-        chosen_keys.append(key)
         runs.append(run_id)
     if chosen:
-        ActivitySlot.objects.filter(pk__in=chosen).update(state=A.HELD, granted_at=now)
-        _record_grants(activity, limits, chosen_keys, now)
+        ActivitySlot.objects.filter(pk__in=chosen).update(state=A.GRANTED, granted_at=now)
         _wake([run_id for run_id in runs if run_id != exclude_run], now)
     retry_at = None
     if rate_blocked and window is not None and limits.rate is not None:
         oldest = window.aggregate(at=Min("granted_at"))["at"]
-        retry_at = None if oldest is None else oldest + timedelta(seconds=limits.rate.period)
+        # Held back by granted attempts alone: they begin from now on, and leave the window a period after.
+        retry_at = (now if oldest is None else oldest) + timedelta(seconds=limits.rate.period)
     return set(chosen), retry_at
 
 
@@ -290,12 +310,12 @@ def run_has_slots(run_id: Any) -> bool:
 
 
 def forget_run(run_id: Any, *, waiting_only: bool = False) -> None:
-    """Drop the slots of run ``run_id`` (it ended; or, ``waiting_only``, its cancel was requested); the
-    activities whose held slots it freed get a grant pass after the commit."""
+    """Drop the slots of run ``run_id`` (it ended; or, ``waiting_only``, its cancel was requested: the attempts
+    that have not begun leave the line); the activities whose slots it freed get a grant pass after the commit."""
     slots = ActivitySlot.objects.filter(run_id=run_id)
     if waiting_only:
-        slots = slots.filter(state=A.WAITING)
-    freed = sorted(set(slots.filter(state=A.HELD).values_list("activity", flat=True)))
+        slots = slots.filter(state__in=(A.WAITING, A.GRANTED))
+    freed = sorted(set(slots.filter(state__in=TAKEN).values_list("activity", flat=True)))
     slots.delete()
     for name in freed:
         transaction.on_commit(partial(_grant_logged, name), using=router.db_for_write(ActivitySlot))
