@@ -3,11 +3,12 @@
 
 An attempt of a limited activity asks for a slot before it begins (:func:`acquire`). Where nothing waits ahead of
 it and the limits allow, its slot is ``held`` at once; otherwise its request is a ``waiting`` :class:`ActivitySlot`
-row, and a grant pass makes waiting rows ``held`` in start order (requested_at, then id) while the limits allow:
-``concurrency`` held slots in all, ``concurrency`` of one key when the activity has a ``key``, and no more than
-``rate`` grants in any window of its period. Every request and pass holds the activity's
-:class:`ActivityLimitState` row, so the executors of all processes take turns. A waiting attempt holds no
-thread: its run parks, and the pass that grants its slot wakes it; its timeouts start when it begins.
+row, and a grant pass makes waiting rows ``granted`` in start order (requested_at, then id) while the limits
+allow: ``concurrency`` taken slots in all, ``concurrency`` of one key when the activity has a ``key``, and no more
+than ``rate`` attempts begun (or granted, to begin when their runs resume) in any window of its period. Every
+request and pass holds the activity's :class:`ActivityLimitState` row, so the executors of all processes take
+turns. A waiting attempt holds no thread: its run parks, and the pass that grants its slot wakes it; its
+timeouts start when it begins.
 
 The attempt's slot is deleted when its body returns or raises (:func:`release`), and every slot of a run goes
 with the run when it ends, so a SIGKILLed executor leaks nothing: its run is taken over and finds its slot held.
