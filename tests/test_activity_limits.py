@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from datetime import datetime, timedelta
+from io import StringIO
 
 import pytest
 
@@ -178,3 +179,40 @@ def test_a_run_that_ends_in_a_later_execution_drops_the_slot_an_earlier_one_aske
     weft_env.drive()
     assert handle.result() == "went"
     assert not ActivitySlot.objects.filter(run_id=handle.run_id).exists(), "the slot went with the run"
+
+
+def test_a_suspended_run_gives_back_the_slots_it_has_not_begun_and_asks_again_when_resumed(weft_env):
+    # Seven runs each make one attempt at 5 a second: five begin, two wait for the next window.
+    handles = [weft.start(one_rated_call, i) for i in range(7)]
+    weft_env.drive()
+    slots = {str(slot.run_id): slot for slot in ActivitySlot.objects.all()}
+    first, second = sorted((h for h in handles if str(h.run_id) in slots),
+                           key=lambda h: slots[str(h.run_id)].requested_at)
+    assert [p.state for p in first.pending_activities()] == ["waiting_for_slot"]
+    first.suspend("paused by a test")
+    assert not ActivitySlot.objects.filter(run_id=first.run_id).exists(), "its place in the line went to others"
+    assert first.pending_activities() == []
+    weft_env.advance_until_idle()
+    assert second.refresh().status == RunStatus.COMPLETED and first.refresh().status == RunStatus.SUSPENDED
+    first.resume()
+    assert [p.state for p in first.pending_activities()] == []  # it asks again when it runs
+    weft_env.advance_until_idle()
+    assert first.refresh().status == RunStatus.COMPLETED
+    assert not ActivitySlot.objects.exists()
+
+
+def test_an_operator_sees_a_slot_granted_to_a_parked_run_until_its_attempt_begins(weft_env):
+    from django.core.management import call_command
+
+    from django_weft.common import clock
+
+    handles = [weft.start(one_rated_call, i) for i in range(6)]
+    weft_env.drive()
+    (last,) = [h for h in handles if h.refresh().status == RunStatus.WAITING]
+    assert [p.state for p in last.pending_activities()] == ["waiting_for_slot"]
+    # The window moves on and a maintenance pass that executes nothing grants the slot: the run is woken, not run.
+    clock.set_frozen(clock.now() + timedelta(seconds=1.1))
+    call_command("weft_maintenance", "--once", "--no-execute", stdout=StringIO(), stderr=StringIO())
+    assert [p.state for p in last.pending_activities()] == ["slot_granted"]
+    weft_env.drive()
+    assert last.refresh().status == RunStatus.COMPLETED and last.pending_activities() == []

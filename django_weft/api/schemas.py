@@ -191,7 +191,8 @@ class PendingActivityOut(Schema):
     seq: int
     activity: str
     attempt: int = Field(description="The attempt running or waiting (waiting for a retry: the one that begins next).")
-    state: Literal["running", "waiting_for_completion", "waiting_for_retry", "retries_paused", "waiting_for_slot"]
+    state: Literal["running", "waiting_for_completion", "waiting_for_retry", "retries_paused", "waiting_for_slot",
+                   "slot_granted"]
     started_at: dt.datetime | None
     executor: str = Field(description="The executor running it (running attempts).")
     timeout_at: dt.datetime | None

@@ -38,6 +38,7 @@ RUNNING = "running"
 WAITING_FOR_COMPLETION = "waiting_for_completion"
 WAITING_FOR_RETRY = "waiting_for_retry"
 WAITING_FOR_SLOT = "waiting_for_slot"
+SLOT_GRANTED = "slot_granted"  # a limited activity's slot was granted: the attempt begins when its run resumes
 RETRIES_PAUSED = "retries_paused"  # waiting to retry, and an operator paused its retries
 # An executor process whose heartbeat row is older than this many WEFT_HEARTBEAT_SECONDS is reported silent.
 SILENT_BEATS = 2
@@ -50,7 +51,7 @@ class PendingActivity:
     seq: int
     activity: str
     attempt: int  # the attempt running or waiting (for a retry: the one that will begin)
-    state: str  # running, waiting_for_completion, waiting_for_retry, retries_paused, waiting_for_slot
+    state: str  # running, waiting_for_completion, waiting_for_retry, retries_paused, waiting_for_slot, slot_granted
     started_at: datetime | None  # when this attempt began (a retry: when the failed one began)
     executor: str = ""
     timeout_at: datetime | None = None
@@ -120,8 +121,9 @@ def pending_activities(run: Workflow) -> list[PendingActivity]:
             continue
         step = steps.get(slot.seq)
         found[slot.seq] = PendingActivity(
-            seq=slot.seq, activity=slot.activity, attempt=(step.attempt + 1) if step else 1, state=WAITING_FOR_SLOT,
-            started_at=None, last_error=step.error if step else None)
+            seq=slot.seq, activity=slot.activity, attempt=(step.attempt + 1) if step else 1,
+            state=SLOT_GRANTED if slot.state == ActivitySlotState.GRANTED else WAITING_FOR_SLOT, started_at=None,
+            last_error=step.error if step else None)
     return _with_executors([found[seq] for seq in sorted(found)])
 
 

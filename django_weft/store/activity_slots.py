@@ -102,7 +102,7 @@ def acquire(activity: str, limits: ActivityLimits, key: str | None, run_id: Any,
             pk = ActivitySlot.objects.create(activity=activity, key=key, run_id=run_id, seq=seq, requested_at=now,
                                              state=A.HELD if fits else A.WAITING, granted_at=now if fits else None).pk
             if fits:
-                _record_grants(activity, limits, [key], now)
+                _record_grant(activity, limits, key, now)
                 return True, None
         else:
             pk = int(line.pk)
@@ -110,21 +110,29 @@ def acquire(activity: str, limits: ActivityLimits, key: str | None, run_id: Any,
         if pk in granted:
             _begin(activity, limits, key, pk, now)
             return True, None
-    if limits.concurrency is not None and _has_room(activity, limits, key):
-        # A release that committed after this request counted its slot held, and found nothing waiting yet.
-        if pk in _grant_pass(activity, clock.now(), exclude_run=run_id):
-            with transaction.atomic(using=router.db_for_write(ActivitySlot)):
-                _lock(activity, now)  # the passes count granted slots and begun attempts: never half of a move
-                _begin(activity, limits, key, pk, clock.now())
-            return True, None
+    if limits.concurrency is not None and _has_room(activity, limits, key) and _grant_and_begin(activity, key, pk,
+                                                                                                run_id):
+        return True, None  # a release that committed after this request counted its slot held freed one
     return False, retry_at
+
+
+def _grant_and_begin(activity: str, key: str | None, pk: int, run_id: Any) -> bool:
+    """A grant pass; if it granted slot ``pk`` (of run ``run_id``, which asks), that attempt begins in the same
+    transaction (the passes count granted slots and begun attempts: never half of a move)."""
+    with transaction.atomic(using=router.db_for_write(ActivitySlot)):
+        now = clock.now()
+        limits = _lock(activity, now)
+        granted = pk in _grant(activity, limits, now, exclude_run=run_id, if_waiting=True)[0]
+        if granted:
+            _begin(activity, limits, key, pk, clock.now())
+        return granted
 
 
 def _begin(activity: str, limits: ActivityLimits, key: str | None, pk: int, now: datetime) -> None:
     """The attempt of granted slot ``pk`` begins now: the slot is held, and the moment is what rate windows count
     from now on (until now, the granted slot was)."""
     ActivitySlot.objects.filter(pk=pk).update(state=A.HELD, granted_at=now)
-    _record_grants(activity, limits, [key], now)
+    _record_grant(activity, limits, key, now)
 
 
 @dataclass(frozen=True)
@@ -228,9 +236,10 @@ def _window(activity: str, limits: ActivityLimits, now: datetime, key: str | Non
     return grants.filter(key=key) if limits.keyed and key is not None else grants
 
 
-def _record_grants(activity: str, limits: ActivityLimits, keys: list[str | None], now: datetime) -> None:
+def _record_grant(activity: str, limits: ActivityLimits, key: str | None, now: datetime) -> None:
+    """An attempt began now: the moment its rate's windows count (nothing to keep without a rate)."""
     if limits.rate is not None:
-        ActivityGrant.objects.bulk_create([ActivityGrant(activity=activity, key=key, granted_at=now) for key in keys])
+        ActivityGrant.objects.create(activity=activity, key=key, granted_at=now)
 
 
 def _counts(rows: QuerySet, keys: set[str]) -> Counter:
@@ -311,8 +320,9 @@ def run_has_slots(run_id: Any) -> bool:
 
 
 def forget_run(run_id: Any, *, waiting_only: bool = False) -> None:
-    """Drop the slots of run ``run_id`` (it ended; or, ``waiting_only``, its cancel was requested: the attempts
-    that have not begun leave the line); the activities whose slots it freed get a grant pass after the commit."""
+    """Drop the slots of run ``run_id`` (it ended; or, ``waiting_only``, its cancel was requested or an operator
+    suspended it: the attempts that have not begun leave the line, and ask again if it goes on); the activities
+    whose slots it freed get a grant pass after the commit."""
     slots = ActivitySlot.objects.filter(run_id=run_id)
     if waiting_only:
         slots = slots.filter(state__in=(A.WAITING, A.GRANTED))

@@ -16,7 +16,7 @@ from django_weft import signals
 from django_weft.exceptions import TransitionNotAllowed
 from django_weft.models import ActivityHeartbeat, AsyncActivity, StepAttempt, StepStatus, Timer, Workflow, WorkflowStep
 from django_weft.observability import events
-from django_weft.store import admissions, lock_retries, wakeups
+from django_weft.store import activity_slots, admissions, lock_retries, wakeups
 from django_weft.store.transitions import S, check_transition, locked_run, locked_with_owners
 
 
@@ -30,6 +30,9 @@ def suspend(run_id: Any, now: datetime, reason: str = "") -> Workflow:
             status=S.SUSPENDED, fence=F("fence") + 1, runnable_at=None, lease_owner="",
             wait_reason=(reason or "suspended by an operator")[:255], updated_at=now,
         )
+        # Its attempts of limited activities that have not begun give their slots and places in a rate's window
+        # to other runs while it is paused; resumed, it asks again (an attempt already running keeps its slot).
+        activity_slots.forget_run(run.pk, waiting_only=True)
         run.refresh_from_db()
         events.operator_event(signals.workflow_suspended, run, reason=reason)
     return run
