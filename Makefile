@@ -13,7 +13,7 @@ else
 INSTALLED := $(VENV)/.installed
 endif
 
-.PHONY: demo test test-django6 soak lint typecheck check-migrations bench bench-dbos clean
+.PHONY: demo test test-django6 soak lint typecheck check-migrations bench bench-dbos bench-goals clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -81,6 +81,11 @@ $(DBOS_VENV)/.installed:
 
 bench-dbos: $(INSTALLED) $(DBOS_VENV)/.installed
 	$(PY) bench/compare_dbos.py --dbos-python $(DBOS_VENV)/bin/python $(BENCH_ARGS)
+
+# Issue 36's goals, each by its own weft_bench command, one after the other, as one table (bench/goals.py; about
+# 25 minutes, BENCH_ARGS="--million" adds the million-run figures, seeding them once).
+bench-goals: $(INSTALLED) $(DBOS_VENV)/.installed
+	$(PY) bench/goals.py --dbos-python $(DBOS_VENV)/bin/python $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) $(DBOS_VENV) testproject/demo.sqlite3* testproject/test_weft.sqlite3*

@@ -30,17 +30,22 @@ def last_json(output: str) -> dict:
     raise SystemExit(f"no JSON line in:\n{output}")
 
 
-def peer_database(url: str) -> str:
-    """The DBOS database beside DATABASE_URL's, created if missing."""
+def sibling_database(url: str, suffix: str) -> str:
+    """The PostgreSQL database ``<name><suffix>`` on the server of ``url``, created if missing; its URL."""
     import psycopg
 
     parts = urlsplit(url)
-    name = parts.path.lstrip("/") + "_dbos"
+    name = parts.path.lstrip("/") + suffix
     admin = urlunsplit(("postgresql", parts.netloc, "/postgres", "", ""))
     with psycopg.connect(admin, autocommit=True) as conn:
         if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone() is None:
             conn.execute(f'CREATE DATABASE "{name}"')
     return urlunsplit(("postgresql", parts.netloc, "/" + name, "", ""))
+
+
+def peer_database(url: str) -> str:
+    """The DBOS database beside DATABASE_URL's."""
+    return sibling_database(url, "_dbos")
 
 
 def run(command: list[str], env: dict[str, str] | None = None) -> dict:

@@ -33,6 +33,7 @@ from bench.core import (
     percentile,
     round_ms,
 )
+from bench.cpu_split import CpuSplit
 
 WARM_UP = 20  # runs per thread before timing: connections opened, code paths warm
 
@@ -53,6 +54,9 @@ def run_in_caller_bench(*, workflows: int, steps: int, threads: int, probe_secon
     lock = threading.Lock()
     since = clock.now()
     barrier = threading.Barrier(threads + 1)
+    # Callers keep their connections until the CPU split is read: a closed one takes its server's CPU with it.
+    finished, may_close = threading.Barrier(threads + 1), threading.Event()
+    split = CpuSplit()
 
     def caller(count: int) -> None:
         mine: list = []
@@ -73,6 +77,11 @@ def run_in_caller_bench(*, workflows: int, steps: int, threads: int, probe_secon
             with lock:
                 run_ids.extend(mine)
                 latencies.extend(timed)
+            try:
+                finished.wait()
+            except threading.BrokenBarrierError:
+                pass
+            may_close.wait()
             connections.close_all()
 
     try:
@@ -86,12 +95,18 @@ def run_in_caller_bench(*, workflows: int, steps: int, threads: int, probe_secon
                 barrier.wait()  # every thread warmed up
                 counter.active = True
                 cpu_began, began = time.process_time(), time.perf_counter()
+                split.start()
                 barrier.wait()
             except threading.BrokenBarrierError:
                 pass  # a caller failed: reported below
+            try:
+                finished.wait()
+                seconds, cpu_seconds = time.perf_counter() - began, time.process_time() - cpu_began
+                split.stop()
+            finally:
+                may_close.set()
             for worker in workers:
                 worker.join()
-            seconds, cpu_seconds = time.perf_counter() - began, time.process_time() - cpu_began
             counter.active = False
         if errors:
             raise BenchError(f"a caller thread failed: {type(errors[0]).__name__}: {errors[0]}") from errors[0]
@@ -126,6 +141,8 @@ def run_in_caller_bench(*, workflows: int, steps: int, threads: int, probe_secon
         "commits_per_workflow": round(counts["commits"] / workflows, 2),
         "goal_ratio": round(rate * GOAL_COMMITS_PER_WORKFLOW / raw_rate, 3),
         "outcomes": dict(outcomes),
+        # The machine's cores over the timed window: busy in all, in the database server, in this process.
+        "cpu_split": split.figures(cpu_seconds, workflows),
     }
 
 

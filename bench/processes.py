@@ -46,6 +46,7 @@ from bench.core import (
     percentile,
     round_ms,
 )
+from bench.cpu_split import CpuSplit
 from bench.subprocesses import READY_LINE, WAITING_LINE, Child, Children
 from django_weft.common import clock
 from django_weft.conf import weft_settings
@@ -232,6 +233,7 @@ def drive_bench(*, mode: str, workflows: int, steps: int, probe_seconds: float, 
                 progress(f"executors ready; starting {workflows} run(s) of {BENCH_WORKFLOW} x {steps} steps")
                 began_wall = time.time()
                 began = time.perf_counter()
+                split = CpuSplit().start()
                 for _ in range(workflows):
                     run_ids.append(client.start(bench_workflow, steps).run_id)
                 start_seconds = time.perf_counter() - began
@@ -240,8 +242,10 @@ def drive_bench(*, mode: str, workflows: int, steps: int, probe_seconds: float, 
                          + ("executors go" if go else "waiting for them to finish"))
                 if go is not None:
                     began_wall = starts_done_wall = time.time()
+                    split.start()  # the drive alone
                     go()
                 statuses = wait_finished(run_ids, children, timeout)
+                split.stop()
                 polled_seconds = time.perf_counter() - began
                 load_after = load_average()
             finally:
@@ -292,6 +296,9 @@ def drive_bench(*, mode: str, workflows: int, steps: int, probe_seconds: float, 
         "goal_ratio": round(wps * GOAL_COMMITS_PER_WORKFLOW / raw_rate, 3),
         "goal_ratio_target": GOAL_RATIO_TARGET,
         **memory_report,
+        # The machine's cores over the drive (with --prestart; else from the first start): busy in all, in the
+        # database server; "other_cores" is the executors and the bench's own polling.
+        "cpu_split": split.figures(None, workflows),
         "exit_codes": exit_codes,
         "stopped": [line for line in stopped if line],
         "kept": keep,

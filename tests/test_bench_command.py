@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import socket
@@ -85,6 +86,22 @@ def test_weft_bench_deletes_everything_it_created_when_interrupted(processes, si
     assert not Workflow.objects.exists(), bench.output()
     assert not Executor.objects.exists()
     assert "weft_bench_probe" not in connection.introspection.table_names()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_weft_bench_in_caller_runs_each_run_in_its_callers_thread_and_splits_the_machines_cpu():
+    figures, _ = run_bench_command("--in-caller", "--workflows", "12", "--steps", "2", "--workers", "2",
+                                   "--probe-seconds", "0.2")
+    assert figures["mode"] == "in_caller" and figures["outcomes"] == {"completed": 12 + 2 * 20}  # warm-up too
+    assert figures["workflows_per_second"] > 0 and figures["commits_per_workflow"] >= 3
+    split = figures["cpu_split"]
+    assert split["cpus"] == os.cpu_count()
+    if sys.platform == "linux":
+        # The database server's share counts only CPU spent inside the window, never less than none (a caller's
+        # closed connection once made it negative); the client is this process.
+        assert split["machine_busy_cores"] > 0 and split["client_cores"] > 0
+        assert split["database_cores"] >= 0 and split["database_cpu_ms_per_workflow"] >= 0
+    assert not Workflow.objects.exists()
 
 
 def test_weft_bench_is_an_app_of_its_own():
