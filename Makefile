@@ -82,8 +82,8 @@ $(DBOS_VENV)/.installed:
 bench-dbos: $(INSTALLED) $(DBOS_VENV)/.installed
 	$(PY) bench/compare_dbos.py --dbos-python $(DBOS_VENV)/bin/python $(BENCH_ARGS)
 
-# Issue 36's goals, each by its own weft_bench command, one after the other, as one table (bench/goals.py; about
-# 25 minutes, BENCH_ARGS="--million" adds the million-run figures, seeding them once).
+# The performance goals, each by its own weft_bench command, one after the other, as one table (bench/goals.py; about
+# 15 minutes; BENCH_ARGS="--million" adds the million-run figures, seeding them once).
 bench-goals: $(INSTALLED) $(DBOS_VENV)/.installed
 	$(PY) bench/goals.py --dbos-python $(DBOS_VENV)/bin/python $(BENCH_ARGS)
 
