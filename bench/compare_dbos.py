@@ -18,14 +18,16 @@ import statistics
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def last_json(output: str) -> dict:
+def last_json(output: str) -> Any:
+    """The last line of ``output`` that is JSON: an object (a bench's figures) or a list (this script's rounds)."""
     for line in reversed(output.strip().splitlines()):
-        if line.startswith("{"):
+        if line.startswith(("{", "[")):
             return json.loads(line)
     raise SystemExit(f"no JSON line in:\n{output}")
 
@@ -48,7 +50,7 @@ def peer_database(url: str) -> str:
     return sibling_database(url, "_dbos")
 
 
-def run(command: list[str], env: dict[str, str] | None = None) -> dict:
+def run(command: list[str], env: dict[str, str] | None = None) -> Any:
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")

@@ -30,35 +30,24 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run as a script, like bench/compare_dbos.py
 
+from bench.compare_dbos import run as run_for_json  # noqa: E402
 from bench.compare_dbos import sibling_database  # noqa: E402
 
 MILLION = 1_000_000
-
-
-def last_json(output: str) -> Any:
-    """The last line of ``output`` that is JSON (an object, or compare_dbos's list of rounds)."""
-    for line in reversed(output.strip().splitlines()):
-        if line.startswith(("{", "[")):
-            return json.loads(line)
-    raise SystemExit(f"no JSON line in:\n{output[-4000:]}")
 
 
 def weft_bench(*arguments: str) -> list[str]:
     return [sys.executable, "testproject/manage.py", "weft_bench", *arguments]
 
 
-def run(command: list[str], log: Callable[[str], None], url: str | None = None) -> dict[str, Any]:
+def run(command: list[str], log: Callable[[str], None], url: str | None = None) -> Any:
     """Run ``command`` from the repository's root with DEBUG off (on the database of ``url`` if given); its
     last JSON line."""
     log("$ " + " ".join(command[1:]))
     began = time.perf_counter()
-    env = {**os.environ, "DJANGO_DEBUG": "0", **({"DATABASE_URL": url} if url else {})}
-    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise SystemExit(f"{' '.join(command)} failed ({done.returncode}):\n{done.stdout[-4000:]}\n"
-                         f"{done.stderr[-4000:]}")
+    figures = run_for_json(command, {**os.environ, "DJANGO_DEBUG": "0", **({"DATABASE_URL": url} if url else {})})
     log(f"  done in {time.perf_counter() - began:.0f} s")
-    return last_json(done.stdout)
+    return figures
 
 
 def shown(command: list[str]) -> str:
@@ -144,8 +133,9 @@ def bound(label: str, runs: list[dict[str, Any]], wanted: float) -> dict[str, An
     if not splits:
         return {"label": label, "measured": False}
 
-    def median(key: str, rows: list[dict[str, Any]] = splits) -> float:
-        return statistics.median(row[key] for row in rows if row.get(key) is not None)
+    def median(key: str, rows: list[dict[str, Any]] = splits) -> Any:
+        values = [row[key] for row in rows if row.get(key) is not None]
+        return statistics.median(values) if values else None  # client_cores: None where no client was measured
 
     rate = statistics.median(r["workflows_per_second"] for r in runs)
     busy, database, cpus = median("machine_busy_cores"), median("database_cores"), splits[0]["cpus"]
@@ -153,7 +143,7 @@ def bound(label: str, runs: list[dict[str, Any]], wanted: float) -> dict[str, An
     ms_per_run = busy * 1000 / rate
     return {"label": label, "measured": True, "workflows_per_second": rate, "cpus": cpus,
             "machine_busy_cores": busy, "database_cores": database,
-            "client_cores": median("client_cores") if any(s.get("client_cores") is not None for s in splits) else None,
+            "client_cores": median("client_cores"),
             "database_cpu_ms_per_workflow": median("database_cpu_ms_per_workflow"),
             "machine_cpu_ms_per_workflow": round(ms_per_run, 3), "ceiling_workflows_per_second": round(
                 cpus * 1000 / ms_per_run), "wanted_workflows_per_second": round(wanted)}
